@@ -1,0 +1,1 @@
+"""labtools: the small library behind the LLM Training Lab lessons (mechanisms, no lesson logic)."""

@@ -1,0 +1,73 @@
+"""Device choice, seeding, and a short report of what this machine can do."""
+
+import os
+import platform
+import random
+
+import numpy as np
+import torch
+
+
+def pick_device(prefer: str | None = None) -> torch.device:
+    """cuda > mps > cpu, or the device named by `prefer` (raising if it is not available)."""
+    if prefer is not None:
+        dev = torch.device(prefer)
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device 'cuda' requested but CUDA is not available")
+        if dev.type == "mps" and not torch.backends.mps.is_available():
+            raise ValueError("device 'mps' requested but MPS is not available")
+        return dev
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (all devices). Call it explicitly; nothing seeds at import."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def device_name(device: torch.device | str | None = None) -> str:
+    """A human name for the device: the GPU model, or the CPU's."""
+    dev = torch.device(device) if device is not None else pick_device()
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    if dev.type == "mps":
+        return "Apple MPS"
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def dtype_supported(dtype: torch.dtype, device: torch.device | str) -> bool:
+    """Does a small matmul in `dtype` run on `device`? (Supported, not necessarily fast.)"""
+    try:
+        a = torch.ones(4, 4, dtype=dtype, device=device)
+        (a @ a).sum().item()
+        return True
+    except (RuntimeError, TypeError):
+        return False
+
+
+def report(device: torch.device | str | None = None) -> dict:
+    """Environment facts every lesson prints at the top: versions, device, threads, formats."""
+    dev = torch.device(device) if device is not None else pick_device()
+    info = {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "device": str(dev),
+        "device_name": device_name(dev),
+        "cpu_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "bf16": dtype_supported(torch.bfloat16, dev),
+        "fp16": dtype_supported(torch.float16, dev),
+    }
+    if dev.type == "cuda":
+        props = torch.cuda.get_device_properties(dev)
+        info["gpu_memory_gib"] = round(props.total_memory / 2**30, 1)
+        info["bf16_native"] = torch.cuda.is_bf16_supported()
+    else:
+        info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    return info

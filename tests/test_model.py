@@ -1,0 +1,89 @@
+import math
+
+import pytest
+import torch
+
+from labtools.model import GPT, GPTConfig, gpt2_124m, small, tiny
+
+
+def make(**kw) -> GPT:
+    torch.manual_seed(0)
+    return GPT(GPTConfig(**{**dict(vocab_size=32, block_size=16, n_layer=2, n_head=2, n_embd=32), **kw}))
+
+
+def test_shapes_and_loss():
+    model = make()
+    X = torch.randint(32, (3, 16))
+    logits, loss = model(X, X)
+    assert logits.shape == (3, 16, 32)
+    assert loss.shape == ()
+    logits, loss = model(X[:, :5])
+    assert logits.shape == (3, 5, 32) and loss is None
+
+
+def test_causal_future_tokens_do_not_change_earlier_logits():
+    model = make().eval()
+    X = torch.randint(32, (2, 16))
+    X2 = X.clone()
+    X2[:, 9:] = (X2[:, 9:] + 1) % 32  # change tokens from position 9 on
+    a, _ = model(X)
+    b, _ = model(X2)
+    torch.testing.assert_close(a[:, :9], b[:, :9], rtol=0, atol=1e-6)
+    assert (a[:, 9:] - b[:, 9:]).abs().max() > 1e-3  # and later positions do see the change
+
+
+def test_init_loss_is_about_ln_vocab():
+    model = make(vocab_size=64)
+    X = torch.randint(64, (8, 16))
+    _, loss = model(X, torch.randint(64, (8, 16)))
+    assert loss.item() == pytest.approx(math.log(64), rel=0.05)
+
+
+def test_weights_are_tied_and_counted_once():
+    model = make()
+    assert model.lm_head.weight is model.transformer.wte.weight
+    assert model.num_params() == sum(p.numel() for p in model.parameters())
+
+
+def test_gpt2_124m_parameter_count_matches_formula():
+    cfg = gpt2_124m()
+    with torch.device("meta"):
+        model = GPT(cfg)
+    V, T, L, C = cfg.vocab_size, cfg.block_size, cfg.n_layer, cfg.n_embd
+    # per block: qkv 3C^2+3C, attn proj C^2+C, MLP 8C^2+5C, two LayerNorms 4C; plus embeddings and ln_f
+    expected = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+    assert model.num_params() == expected == 124_439_808
+
+
+def test_presets_are_valid_and_ordered():
+    sizes = []
+    for preset in (tiny, small):
+        with torch.device("meta"):
+            sizes.append(GPT(preset(vocab_size=96)).num_params())
+    assert sizes[0] < sizes[1]
+
+
+def test_generate_is_reproducible_with_a_generator():
+    model = make()
+    idx = torch.zeros(2, 1, dtype=torch.long)
+    a = model.generate(idx, 20, generator=torch.Generator().manual_seed(1))
+    b = model.generate(idx, 20, generator=torch.Generator().manual_seed(1))
+    assert a.shape == (2, 21) and torch.equal(a, b)
+    assert a.min() >= 0 and a.max() < 32
+    assert model.training  # generate restores the mode
+
+
+@pytest.mark.parametrize("kw, name", [
+    (dict(n_embd=30, n_head=4), "n_embd"),
+    (dict(n_layer=0), "n_layer"),
+    (dict(dropout=1.5), "dropout"),
+    (dict(checkpoint="sometimes"), "checkpoint"),
+])
+def test_bad_config_raises_naming_the_field(kw, name):
+    with pytest.raises(ValueError, match=name):
+        make(**kw)
+
+
+def test_sequence_longer_than_block_size_raises():
+    with pytest.raises(ValueError, match="block_size"):
+        make()(torch.zeros(1, 17, dtype=torch.long))
