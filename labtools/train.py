@@ -1,0 +1,211 @@
+"""The training loop: one function whose step order is visible at a glance.
+
+    for each step:
+        for each of accum_steps micro-batches:
+            forward under autocast -> loss / accum_steps -> backward (scaled for fp16)
+        unscale (fp16) -> measure the global grad norm, clip -> optimizer step
+        -> update the loss scaler -> zero_grad(set_to_none=True)
+
+The learning rate is `cfg.lr * cfg.lr_schedule(step)`, a pure function of the step.
+`train()` returns a History of plain columns that labtools.plots draws.
+Introduced in notebooks/00_training_loop.ipynb.
+"""
+
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import torch
+
+from labtools.data import Corpus
+from labtools.optim import param_groups
+from labtools.progress import progress
+from labtools.schedules import constant
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 200                  # optimizer steps
+    batch_size: int = 32              # sequences per micro-batch
+    block_size: int | None = None     # tokens per sequence; None -> the model's block_size
+    accum_steps: int = 1              # micro-batches per optimizer step
+    lr: float = 1e-3                  # peak learning rate (for the default optimizer)
+    lr_schedule: Callable[[int], float] = constant  # step -> multiplier of every group's base lr
+    weight_decay: float = 0.1         # for the default AdamW; biases and norms get none
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float | None = 1.0     # max global grad norm; None -> measure but do not clip
+    precision: str = "fp32"           # "fp32" | "bf16" | "fp16" (autocast; GradScaler for fp16)
+    eval_every: int = 50              # steps between validation estimates (and at step 0 and the end)
+    eval_batches: int = 10            # validation batches per estimate (the same batches each time)
+    seed: int = 0                     # seeds batch sampling and dropout
+    progress: bool = True             # show a progress bar
+    desc: str = "train"               # progress bar label
+
+    def __post_init__(self):
+        for name in ("steps", "batch_size", "accum_steps", "eval_every", "eval_batches"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"TrainConfig.{name} must be an int >= 1, got {value!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"TrainConfig.precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if not self.lr > 0:
+            raise ValueError(f"TrainConfig.lr must be > 0, got {self.lr!r}")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            raise ValueError(f"TrainConfig.grad_clip must be > 0 or None, got {self.grad_clip!r}")
+
+
+@dataclass
+class History:
+    """Plain per-step columns, plus validation estimates at val_step, plus callback columns."""
+    step: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)          # mean training loss of the step's tokens
+    lr: list[float] = field(default_factory=list)            # lr of the first param group
+    grad_norm: list[float] = field(default_factory=list)     # global norm before clipping (unscaled)
+    tokens_per_s: list[float] = field(default_factory=list)
+    loss_scale: list[float] = field(default_factory=list)    # 1.0 unless a loss scaler is active
+    skipped: list[bool] = field(default_factory=list)        # the scaler skipped this step (inf/nan)
+    val_step: list[int] = field(default_factory=list)
+    val_loss: list[float] = field(default_factory=list)
+    extra: dict[str, list] = field(default_factory=dict)     # columns a callback logs
+    seconds: float = 0.0                                     # wall time of the whole run
+
+    @property
+    def final_val_loss(self) -> float:
+        return self.val_loss[-1]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "History":
+        return cls(**d)
+
+
+@dataclass
+class StepInfo:
+    """What a callback sees after each optimizer step (gradients are still in place)."""
+    step: int
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    loss: float
+    grad_norm: float
+    lr: float
+    log: dict = field(default_factory=dict)  # put {column: value} here to add History.extra columns
+
+
+def autocast(device: torch.device, precision: str):
+    """The autocast context for a precision ("fp32" -> no autocast)."""
+    if precision == "fp32":
+        return nullcontext()
+    return torch.autocast(device_type=device.type, dtype=_DTYPES[precision])
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, data: Corpus, split: str = "val", *, batches: int = 10,
+             batch_size: int = 32, block_size: int | None = None, precision: str = "fp32",
+             seed: int = 1234) -> float:
+    """Mean loss over `batches` fixed batches (the same ones on every call with the same seed)."""
+    device = next(model.parameters()).device
+    block_size = block_size or model.config.block_size
+    g = torch.Generator().manual_seed(seed)
+    was_training = model.training
+    model.eval()
+    total = 0.0
+    for _ in range(batches):
+        X, Y = data.batch(split, batch_size, block_size, generator=g, device=device)
+        with autocast(device, precision):
+            _, loss = model(X, Y)
+        total += loss.item()
+    model.train(was_training)
+    return total / batches
+
+
+def train(model: torch.nn.Module, data: Corpus, cfg: TrainConfig, *,
+          optimizer: torch.optim.Optimizer | None = None,
+          scaler=None,
+          batch_fn: Callable[[int, int], tuple[torch.Tensor, torch.Tensor]] | None = None,
+          callback: Callable[[StepInfo], None] | None = None) -> History:
+    """Train `model` on `data` for cfg.steps optimizer steps and return its History.
+
+    optimizer: default AdamW(param_groups(model, cfg.weight_decay), cfg.lr, cfg.betas); a given
+        optimizer keeps its own group lrs as the base that cfg.lr_schedule multiplies.
+    scaler: default GradScaler for fp16 (disabled otherwise); any object with GradScaler's
+        scale/unscale_/step/update/get_scale methods may be passed.
+    batch_fn(step, micro) -> (X, Y) replaces sampling from `data` (e.g. to inject a bad batch).
+    callback(StepInfo) runs after each optimizer step, before zero_grad.
+    """
+    device = next(model.parameters()).device
+    T = cfg.block_size or model.config.block_size
+    if T > model.config.block_size:
+        raise ValueError(f"TrainConfig.block_size ({T}) exceeds the model's block_size ({model.config.block_size})")
+    torch.manual_seed(cfg.seed)  # dropout
+    g = torch.Generator().manual_seed(cfg.seed)  # batch sampling
+    if optimizer is None:
+        fused = {"fused": True} if device.type == "cuda" else {}
+        optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas, **fused)
+    base_lrs = [group["lr"] for group in optimizer.param_groups]
+    if scaler is None:
+        scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    hist = History()
+
+    def run_eval(step):
+        hist.val_step.append(step)
+        hist.val_loss.append(evaluate(model, data, "val", batches=cfg.eval_batches, batch_size=cfg.batch_size,
+                                      block_size=T, precision=cfg.precision))
+
+    t_start = time.perf_counter()
+    model.train()
+    run_eval(0)
+    bar = progress(total=cfg.steps, desc=cfg.desc, disable=not cfg.progress)
+    for step in range(cfg.steps):
+        t0 = time.perf_counter()
+        mult = cfg.lr_schedule(step)
+        for group, base in zip(optimizer.param_groups, base_lrs):
+            group["lr"] = base * mult
+        loss_sum = 0.0
+        for micro in range(cfg.accum_steps):
+            X, Y = batch_fn(step, micro) if batch_fn else data.batch("train", cfg.batch_size, T, g, device)
+            with autocast(device, cfg.precision):
+                _, loss = model(X, Y)
+            loss = loss / cfg.accum_steps  # each micro-batch is 1/k of the batch: the mean over all tokens
+            scaler.scale(loss).backward()
+            loss_sum += loss.item()
+        scaler.unscale_(optimizer)  # grads back to true scale before measuring and clipping (no-op if disabled)
+        if cfg.grad_clip is not None:
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        else:
+            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+        scale_before = scaler.get_scale() if scaler.is_enabled() else 1.0
+        scaler.step(optimizer)  # skips the step if any gradient is inf/nan
+        scaler.update()
+        scale_after = scaler.get_scale() if scaler.is_enabled() else 1.0
+        info = StepInfo(step, model, optimizer, loss_sum, grad_norm.item(), optimizer.param_groups[0]["lr"])
+        if callback is not None:
+            callback(info)
+        optimizer.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+
+        hist.step.append(step)
+        hist.loss.append(loss_sum)
+        hist.lr.append(info.lr)
+        hist.grad_norm.append(info.grad_norm)
+        hist.tokens_per_s.append(cfg.batch_size * T * cfg.accum_steps / dt)
+        hist.loss_scale.append(scale_before)
+        hist.skipped.append(scale_after < scale_before)
+        for key, value in info.log.items():
+            hist.extra.setdefault(key, []).append(value)
+        if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+            run_eval(step + 1)
+        bar.update(1)
+        if step % 10 == 0 or step + 1 == cfg.steps:
+            bar.set_postfix(loss=f"{loss_sum:.3f}", val=f"{hist.val_loss[-1]:.3f}", refresh=False)
+    bar.close()
+    hist.seconds = time.perf_counter() - t_start
+    return hist

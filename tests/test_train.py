@@ -1,0 +1,103 @@
+import dataclasses
+
+import pytest
+import torch
+
+from labtools import data
+from labtools.model import GPT, GPTConfig
+from labtools.schedules import bind, warmup_cosine
+from labtools.train import History, TrainConfig, train
+
+CFG = GPTConfig(vocab_size=16, block_size=32, n_layer=2, n_head=2, n_embd=32)
+
+
+def model(seed: int = 0, **kw) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(dataclasses.replace(CFG, **kw))
+
+
+def cfg(**kw) -> TrainConfig:
+    return TrainConfig(**{**dict(steps=20, batch_size=8, eval_every=10, eval_batches=2, progress=False), **kw})
+
+
+def test_loss_falls():
+    corpus = data.synthetic()
+    h = train(model(), corpus, cfg(steps=150, lr=1e-2, eval_every=150))
+    assert h.val_step == [0, 150]
+    assert h.val_loss[1] < h.val_loss[0] - 0.1
+
+
+def grads_after_one_step(accum_steps: int, X: torch.Tensor, Y: torch.Tensor) -> list[torch.Tensor]:
+    B = X.shape[0] // accum_steps
+    captured = []
+    train(model(), data.synthetic(), cfg(steps=1, batch_size=B, accum_steps=accum_steps, grad_clip=None),
+          batch_fn=lambda step, micro: (X[micro * B:(micro + 1) * B], Y[micro * B:(micro + 1) * B]),
+          callback=lambda info: captured.extend(p.grad.clone() for p in info.model.parameters()))
+    return captured
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_accumulating_k_micro_batches_equals_one_batch(k):
+    X, Y = data.synthetic().batch("train", 16, 32, torch.Generator().manual_seed(0))
+    full = grads_after_one_step(1, X, Y)
+    accumulated = grads_after_one_step(k, X, Y)
+    worst = max((a - b).abs().max().item() for a, b in zip(full, accumulated))
+    assert worst <= 1e-6
+
+
+def test_clipping_caps_the_global_norm_and_records_the_norm_before():
+    after = []
+
+    def post_clip_norm(info):
+        after.append(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in info.model.parameters()])).item())
+
+    h = train(model(), data.synthetic(), cfg(steps=5, grad_clip=0.05), callback=post_clip_norm)
+    assert all(n > 0.05 for n in h.grad_norm)  # the recorded norm is the one before clipping
+    assert all(n <= 0.05 * (1 + 1e-5) for n in after)
+
+
+def test_same_seed_same_history_and_other_seed_differs():
+    def run(seed):
+        h = train(model(), data.synthetic(), cfg(seed=seed, lr_schedule=bind(warmup_cosine, warmup=5, total=20)))
+        return h.loss, h.grad_norm, h.val_loss, h.lr
+
+    assert run(0) == run(0)
+    assert run(0)[0] != run(1)[0]
+
+
+def test_lr_follows_the_schedule():
+    schedule = bind(warmup_cosine, warmup=4, total=20, min_ratio=0.1)
+    h = train(model(), data.synthetic(), cfg(lr=3e-3, lr_schedule=schedule))
+    assert h.lr == [pytest.approx(3e-3 * schedule(s), abs=1e-15) for s in range(20)]
+
+
+def test_bf16_autocast_trains():
+    h = train(model(), data.synthetic(), cfg(precision="bf16", steps=30, lr=1e-2))
+    assert all(torch.isfinite(torch.tensor(h.loss)))
+    assert h.val_loss[-1] < h.val_loss[0]
+
+
+def test_fp16_uses_a_dynamic_loss_scaler():
+    h = train(model(), data.synthetic(), cfg(precision="fp16", steps=3, eval_every=3, eval_batches=1))
+    assert h.loss_scale[0] == 2.0**16  # GradScaler's initial scale
+    assert len(h.skipped) == 3
+
+
+def test_callback_columns_and_history_roundtrip():
+    h = train(model(), data.synthetic(), cfg(steps=4), callback=lambda info: info.log.update(double=2 * info.loss))
+    assert h.extra["double"] == [pytest.approx(2 * x) for x in h.loss]
+    assert History.from_dict(h.to_dict()) == h
+
+
+@pytest.mark.parametrize("kw, name", [
+    (dict(steps=0), "steps"), (dict(precision="fp8"), "precision"), (dict(lr=-1.0), "lr"),
+    (dict(grad_clip=0.0), "grad_clip"), (dict(accum_steps=0), "accum_steps"),
+])
+def test_bad_config_raises_naming_the_field(kw, name):
+    with pytest.raises(ValueError, match=name):
+        cfg(**kw)
+
+
+def test_block_size_beyond_the_model_raises_before_training():
+    with pytest.raises(ValueError, match="block_size"):
+        train(model(), data.synthetic(), cfg(block_size=64))
