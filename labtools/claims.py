@@ -1,0 +1,168 @@
+"""The claims ledger: every number a lesson states, next to its measurement and the expectation.
+
+    ledger = Ledger("00_training_loop")
+    ledger.add("init_loss", "Loss at initialisation ≈ ln(V)", measured=4.16, expect=approx(4.159, rel=0.02))
+    ledger.note("final_gap", 0.07)   # a measurement tests may read, not a claim
+    ledger.show()
+
+`show()` renders a claimed-vs-measured table and also emits the ledger as JSON under the
+MIME type `application/vnd.labtools.claims+json`, so an executed notebook carries it and
+tests/test_notebooks.py can assert that every claim passed.
+"""
+
+import html
+import json
+import math
+from dataclasses import asdict, dataclass, field
+
+MIME = "application/vnd.labtools.claims+json"
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """A named predicate on a measured value, with a human description."""
+    kind: str
+    a: float | None = None
+    b: float | None = None
+
+    def check(self, measured) -> bool:
+        if self.kind == "true":
+            return bool(measured) is True
+        x = float(measured)
+        if math.isnan(x):
+            return False
+        if self.kind == "approx":  # a = target, b = absolute tolerance
+            return abs(x - self.a) <= self.b
+        if self.kind == "between":
+            return self.a <= x <= self.b
+        if self.kind == "at_least":
+            return x >= self.a
+        if self.kind == "at_most":
+            return x <= self.a
+        raise ValueError(f"unknown expectation kind {self.kind!r}")
+
+    def describe(self) -> str:
+        return {
+            "true": lambda: "true",
+            "approx": lambda: f"{_fmt(self.a)} ± {_fmt(self.b)}",
+            "between": lambda: f"in [{_fmt(self.a)}, {_fmt(self.b)}]",
+            "at_least": lambda: f"≥ {_fmt(self.a)}",
+            "at_most": lambda: f"≤ {_fmt(self.a)}",
+        }[self.kind]()
+
+
+def approx(target: float, *, rel: float | None = None, abs: float | None = None) -> Expectation:
+    """|measured - target| <= abs, or <= rel * |target|."""
+    if (rel is None) == (abs is None):
+        raise ValueError("give exactly one of rel= or abs=")
+    tol = abs if abs is not None else rel * math.fabs(target)
+    return Expectation("approx", float(target), float(tol))
+
+
+def between(lo: float, hi: float) -> Expectation:
+    return Expectation("between", float(lo), float(hi))
+
+
+def at_least(lo: float) -> Expectation:
+    return Expectation("at_least", float(lo))
+
+
+def at_most(hi: float) -> Expectation:
+    return Expectation("at_most", float(hi))
+
+
+def is_true() -> Expectation:
+    return Expectation("true")
+
+
+@dataclass
+class Claim:
+    key: str
+    statement: str
+    measured: float | bool | str
+    expected: str
+    passed: bool
+    source: str = ""
+
+
+@dataclass
+class Ledger:
+    lesson: str
+    claims: list[Claim] = field(default_factory=list)
+    notes: dict = field(default_factory=dict)
+
+    def add(self, key: str, statement: str, measured, expect: Expectation, source: str = "") -> Claim:
+        """Check `measured` against `expect` and record the claim (a repeated key replaces the old one)."""
+        if hasattr(measured, "item"):
+            measured = measured.item()
+        claim = Claim(key, statement, measured, expect.describe(), expect.check(measured), source)
+        self.claims = [c for c in self.claims if c.key != key] + [claim]
+        return claim
+
+    def note(self, key: str, value) -> None:
+        """Record a measurement (not a claim) in the ledger's JSON, for tests and results/."""
+        self.notes[key] = value.item() if hasattr(value, "item") else value
+
+    @property
+    def all_passed(self) -> bool:
+        return all(c.passed for c in self.claims)
+
+    def to_dict(self) -> dict:
+        return {"lesson": self.lesson, "claims": [asdict(c) for c in self.claims], "notes": self.notes}
+
+    def to_html(self) -> str:
+        rows = []
+        for c in self.claims:
+            mark = '<span style="color:#1a7f37">✓</span>' if c.passed else '<span style="color:#cf222e">✗</span>'
+            src = f'<br><small style="color:#666">{html.escape(c.source)}</small>' if c.source else ""
+            rows.append(f"<tr><td>{mark}</td><td style='text-align:left'>{html.escape(c.statement)}{src}</td>"
+                        f"<td>{html.escape(_fmt(c.measured))}</td><td>{html.escape(c.expected)}</td></tr>")
+        n_ok = sum(c.passed for c in self.claims)
+        return (f"<table><caption style='text-align:left'><b>Claims ledger — {html.escape(self.lesson)}</b>: "
+                f"{n_ok}/{len(self.claims)} hold</caption>"
+                "<thead><tr><th></th><th style='text-align:left'>claim</th><th>measured</th><th>expected</th></tr>"
+                f"</thead><tbody>{''.join(rows)}</tbody></table>")
+
+    def to_text(self) -> str:
+        lines = [f"Claims ledger — {self.lesson}"]
+        for c in self.claims:
+            lines.append(f"[{'PASS' if c.passed else 'FAIL'}] {c.statement}: measured {_fmt(c.measured)}, "
+                         f"expected {c.expected}")
+        return "\n".join(lines)
+
+    def mimebundle(self) -> dict:
+        """HTML table, plain text, and the ledger as JSON under MIME (what an executed notebook keeps)."""
+        payload = json.loads(json.dumps(self.to_dict(), default=float))
+        return {"text/html": self.to_html(), "text/plain": self.to_text(), MIME: payload}
+
+    def show(self) -> None:
+        """Display the table and embed the ledger as JSON in the notebook output."""
+        from IPython.display import display
+        display(self.mimebundle(), raw=True)
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
+
+def read_ledgers(notebook: dict) -> list[dict]:
+    """Every ledger an executed notebook (nbformat dict) displayed, in order."""
+    found = []
+    for cell in notebook.get("cells", []):
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if MIME in data:
+                found.append(data[MIME])
+    return found
+
+
+def _fmt(x) -> str:
+    if isinstance(x, bool) or x is None or isinstance(x, str):
+        return str(x)
+    if isinstance(x, int):
+        return f"{x:,}"
+    x = float(x)
+    if x == 0 or math.isnan(x) or math.isinf(x):
+        return str(x)
+    if 1e-3 <= abs(x) < 1e5:
+        return f"{x:.4g}"
+    return f"{x:.3e}"

@@ -1,0 +1,80 @@
+"""Plotly figure builders. Each takes plain data (Histories, dicts of columns) and returns a go.Figure."""
+
+from collections.abc import Mapping, Sequence
+
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from labtools.train import History
+
+TEMPLATE = "plotly_white"
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+          "#bcbd22", "#17becf")
+
+
+def color(i: int) -> str:
+    return COLORS[i % len(COLORS)]
+
+
+def _layout(fig: go.Figure, title: str, xaxis: str, yaxis: str, height: int = 380, **kw) -> go.Figure:
+    fig.update_layout(template=TEMPLATE, title=title, xaxis_title=xaxis, yaxis_title=yaxis, height=height,
+                      margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h", y=-0.2), **kw)
+    return fig
+
+
+def loss_curves(runs: Mapping[str, History], *, floor: float | None = None, floor_label: str = "entropy floor",
+                train: bool = True, val: bool = True, title: str = "Loss", log_y: bool = False) -> go.Figure:
+    """Training loss (thin) and validation loss (markers) per run, one color each; optional floor line."""
+    fig = go.Figure()
+    for i, (name, h) in enumerate(runs.items()):
+        if train:
+            fig.add_trace(go.Scatter(x=h.step, y=h.loss, mode="lines", name=f"{name} · train",
+                                     line=dict(color=color(i), width=1), opacity=0.45, legendgroup=name))
+        if val:
+            fig.add_trace(go.Scatter(x=h.val_step, y=h.val_loss, mode="lines+markers", name=f"{name} · val",
+                                     line=dict(color=color(i), width=2), marker=dict(size=5), legendgroup=name))
+    if floor is not None:
+        fig.add_hline(y=floor, line=dict(color="black", dash="dash", width=1),
+                      annotation_text=f"{floor_label} {floor:.3f}", annotation_position="top right")
+    _layout(fig, title, "step", "loss (nats/token)")
+    if log_y:
+        fig.update_yaxes(type="log")
+    return fig
+
+
+def lines(x: Sequence, ys: Mapping[str, Sequence], *, title: str = "", xaxis: str = "", yaxis: str = "",
+          log_x: bool = False, log_y: bool = False, mode: str = "lines") -> go.Figure:
+    """One line per entry of ys over a shared x."""
+    fig = go.Figure([go.Scatter(x=list(x), y=list(y), mode=mode, name=name, line=dict(color=color(i)))
+                     for i, (name, y) in enumerate(ys.items())])
+    _layout(fig, title, xaxis, yaxis)
+    if log_x:
+        fig.update_xaxes(type="log")
+    if log_y:
+        fig.update_yaxes(type="log")
+    return fig
+
+
+def bars(categories: Sequence[str], values: Mapping[str, Sequence[float]], *, title: str = "", yaxis: str = "",
+         stacked: bool = False, text: bool = True) -> go.Figure:
+    """Grouped (or stacked) bars: one series per entry of values over shared categories."""
+    fig = go.Figure([go.Bar(x=list(categories), y=list(v), name=name, marker_color=color(i),
+                            texttemplate="%{y:.3g}" if text else None)
+                     for i, (name, v) in enumerate(values.items())])
+    _layout(fig, title, "", yaxis, barmode="stack" if stacked else "group")
+    return fig
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence], *, title: str = "") -> go.Figure:
+    """A plotly table (used where a small table reads better than a chart)."""
+    cols = list(zip(*rows)) if rows else [[] for _ in header]
+    fig = go.Figure(go.Table(header=dict(values=list(header), align="left", fill_color="#eef"),
+                             cells=dict(values=cols, align="left")))
+    fig.update_layout(template=TEMPLATE, title=title, margin=dict(l=10, r=10, t=40 if title else 10, b=10),
+                      height=60 + 28 * (len(rows) + 1))
+    return fig
+
+
+def use_static_renderer() -> None:
+    """Render figures as self-contained HTML (plotly.js embedded once): for papermill and `make book`."""
+    pio.renderers.default = "notebook"

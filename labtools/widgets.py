@@ -1,0 +1,159 @@
+"""Control panels: ipywidgets controls bound to a function that draws a plotly figure.
+
+    panel = Panel(draw, {"depth": IntSlider(...), "width": IntSlider(...)})
+    panel.show()
+
+`draw(**values) -> go.Figure` is called with the controls' current values; its traces and
+layout are copied into one FigureWidget, so the figure updates in place. Changes are
+debounced: while a slider is being dragged, only the last value within `debounce_ms` draws.
+Without a frontend (papermill, `make book`, LABTOOLS_STATIC=1) `show()` draws the default
+values once as a static figure, so the notebook still shows something useful.
+
+Training-driven panels wrap their experiment in `RunCache`, so a setting seen before answers
+at once and a new one runs (with a progress bar) and is kept.
+"""
+
+import asyncio
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable, Mapping
+
+import ipywidgets as W
+import plotly.graph_objects as go
+from IPython.display import display
+
+from labtools.progress import has_frontend
+
+
+class Panel:
+
+    def __init__(self, draw: Callable[..., go.Figure], controls: Mapping[str, W.ValueWidget], *,
+                 debounce_ms: int = 120, title: str = ""):
+        self.draw = draw
+        self.controls = dict(controls)
+        self.debounce_ms = debounce_ms
+        self.title = title
+        self.status = W.HTML()
+        self.draw_ms: list[float] = []  # kernel-side time of each redraw
+        self._figure: go.FigureWidget | None = None
+        self._pending = None
+        for control in self.controls.values():
+            control.observe(self._on_change, names="value")
+
+    def values(self) -> dict:
+        return {name: control.value for name, control in self.controls.items()}
+
+    @property
+    def figure(self) -> go.FigureWidget:
+        """The live figure (created and drawn on first use)."""
+        if self._figure is None:
+            self.redraw()
+        return self._figure
+
+    def redraw(self) -> None:
+        """Draw with the current values now, updating the FigureWidget in place."""
+        t0 = time.perf_counter()
+        try:
+            new = self.draw(**self.values())
+        except ValueError as e:  # out-of-range combination: say so, keep the last figure
+            self.status.value = f"<span style='color:#cf222e'>{e}</span>"
+            return
+        if self._figure is None:
+            self._figure = go.FigureWidget()
+        fig = self._figure
+        with fig.batch_update():
+            same_shape = len(fig.data) == len(new.data) and all(
+                a.type == b.type for a, b in zip(fig.data, new.data))
+            if same_shape:
+                for old, trace in zip(fig.data, new.data):
+                    old.update(trace.to_plotly_json(), overwrite=True)
+            else:
+                fig.data = ()
+                fig.add_traces(list(new.data))
+            fig.layout = new.layout
+        ms = (time.perf_counter() - t0) * 1e3
+        self.draw_ms.append(ms)
+        self.status.value = f"<small style='color:#666'>redrawn in {ms:.0f} ms</small>"
+
+    def _on_change(self, change) -> None:
+        if self.debounce_ms <= 0:
+            self.redraw()
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (a plain script): draw at once
+            self.redraw()
+            return
+        if self._pending is not None:
+            self._pending.cancel()
+        self._pending = loop.call_later(self.debounce_ms / 1e3, self.redraw)
+
+    def time_redraw(self, control: str, values: list, repeats: int = 3) -> float:
+        """Median kernel-side redraw time in ms while `control` steps through `values` (no debounce)."""
+        _ = self.figure
+        saved, self.debounce_ms = self.debounce_ms, 0
+        start = len(self.draw_ms)
+        original = self.controls[control].value
+        for _ in range(repeats):
+            for v in values:
+                self.controls[control].value = v
+        self.controls[control].value = original
+        self.debounce_ms = saved
+        return statistics.median(self.draw_ms[start:])
+
+    def widget(self) -> W.Widget:
+        header = [W.HTML(f"<b>{self.title}</b>")] if self.title else []
+        controls = W.HBox(list(self.controls.values()), layout=W.Layout(flex_flow="row wrap"))
+        return W.VBox(header + [controls, self.figure, self.status])
+
+    def show(self) -> None:
+        """The live panel with a frontend; otherwise the figure for the default values."""
+        if has_frontend():
+            display(self.widget())
+            return
+        values = ", ".join(f"{k}={v!r}" for k, v in self.values().items())
+        display({"text/markdown": f"*{self.title + ' — ' if self.title else ''}static view for {values}; "
+                                  "open the notebook in JupyterLab to move the controls.*"}, raw=True)
+        self.draw(**self.values()).show()
+
+
+class RunCache:
+    """Memoise an expensive function of keyword primitives: fn(**config) runs once per config."""
+
+    def __init__(self, fn: Callable[..., object]):
+        self.fn = fn
+        self.store: dict[str, object] = {}
+
+    @staticmethod
+    def key(config: Mapping) -> str:
+        return json.dumps(dict(config), sort_keys=True, default=str)
+
+    def __call__(self, **config):
+        k = self.key(config)
+        if k not in self.store:
+            self.store[k] = self.fn(**config)
+        return self.store[k]
+
+    def __contains__(self, config: Mapping) -> bool:
+        return self.key(config) in self.store
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+
+def slider(value, lo, hi, step=None, description: str = "", log: bool = False, continuous: bool = True,
+           **kw) -> W.ValueWidget:
+    """A labelled slider: int or float from the type of `value`; log=True for a log-scale float slider.
+
+    continuous=False redraws only on release: use it where a change starts a training run.
+    """
+    style = {"description_width": "initial"}
+    common = dict(description=description, style=style, continuous_update=continuous, **kw)
+    if log:
+        return W.FloatLogSlider(value=value, base=10, min=math.log10(lo), max=math.log10(hi),
+                                step=step or 0.1, **common)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return W.IntSlider(value=value, min=lo, max=hi, step=step or 1, **common)
+    return W.FloatSlider(value=value, min=lo, max=hi, step=step or (hi - lo) / 100, **common)

@@ -1,0 +1,94 @@
+import asyncio
+
+import ipywidgets as W
+import plotly.graph_objects as go
+import pytest
+
+from labtools.widgets import Panel, RunCache, slider
+
+
+def draw(a, b):
+    if b < 0:
+        raise ValueError("b must be >= 0")
+    return go.Figure(go.Scatter(x=[0, 1, 2], y=[a * x + b for x in range(3)]))
+
+
+def test_setting_a_control_redraws_the_figure():
+    panel = Panel(draw, {"a": slider(1, 0, 5), "b": slider(0.0, -1.0, 1.0)}, debounce_ms=0)
+    assert panel.figure.data[0].y == (0, 1, 2)
+    panel.controls["a"].value = 3
+    assert panel.figure.data[0].y == (0, 3, 6)
+    panel.controls["b"].value = 0.5
+    assert panel.figure.data[0].y == (0.5, 3.5, 6.5)
+
+
+def test_a_bad_value_shows_the_error_and_keeps_the_figure():
+    panel = Panel(draw, {"a": slider(1, 0, 5), "b": slider(0.0, -1.0, 1.0)}, debounce_ms=0)
+    _ = panel.figure
+    panel.controls["b"].value = -0.5
+    assert "b must be" in panel.status.value
+    assert panel.figure.data[0].y == (0, 1, 2)
+
+
+def test_trace_count_may_change():
+    def draw_n(n):
+        return go.Figure([go.Scatter(x=[0, 1], y=[i, i]) for i in range(n)])
+
+    panel = Panel(draw_n, {"n": slider(1, 1, 4)}, debounce_ms=0)
+    assert len(panel.figure.data) == 1
+    panel.controls["n"].value = 3
+    assert len(panel.figure.data) == 3
+
+
+def test_changes_are_debounced_to_the_last_value():
+    calls = []
+
+    def counting(a):
+        calls.append(a)
+        return go.Figure(go.Scatter(x=[0], y=[a]))
+
+    panel = Panel(counting, {"a": slider(0, 0, 10)}, debounce_ms=50)
+    _ = panel.figure
+    calls.clear()
+
+    async def drag():
+        for v in range(1, 6):
+            panel.controls["a"].value = v
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.2)
+
+    asyncio.run(drag())
+    assert calls == [5]
+    assert panel.figure.data[0].y == (5,)
+
+
+def test_time_redraw_measures_and_restores():
+    panel = Panel(draw, {"a": slider(1, 0, 5), "b": slider(0.0, -1.0, 1.0)})
+    ms = panel.time_redraw("a", [2, 3, 4], repeats=2)
+    assert ms > 0 and len(panel.draw_ms) >= 7
+    assert panel.controls["a"].value == 1 and panel.debounce_ms == 120
+
+
+def test_static_show_without_frontend(monkeypatch, capsys):
+    monkeypatch.setenv("LABTOOLS_STATIC", "1")
+    shown = []
+    monkeypatch.setattr(go.Figure, "show", lambda self, *a, **k: shown.append(self))
+    Panel(draw, {"a": slider(2, 0, 5), "b": slider(0.0, -1.0, 1.0)}).show()
+    assert shown and shown[0].data[0].y == (0, 2, 4)
+
+
+def test_run_cache_runs_once_per_config():
+    calls = []
+    cache = RunCache(lambda **cfg: calls.append(cfg) or len(calls))
+    assert cache(x=1, y=2) == 1
+    assert cache(y=2, x=1) == 1  # key order does not matter
+    assert cache(x=2, y=2) == 2
+    assert len(cache) == 2 and dict(x=1, y=2) in cache and calls == [{"x": 1, "y": 2}, {"x": 2, "y": 2}]
+
+
+def test_slider_kinds():
+    assert isinstance(slider(3, 1, 5), W.IntSlider)
+    assert isinstance(slider(0.5, 0.0, 1.0), W.FloatSlider)
+    s = slider(1e-3, 1e-5, 1e-1, log=True)
+    assert isinstance(s, W.FloatLogSlider) and s.value == pytest.approx(1e-3)
+    assert slider(3, 1, 5, continuous=False).continuous_update is False
