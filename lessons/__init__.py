@@ -1,0 +1,1 @@
+"""One module per lesson: the experiments a notebook runs and plots."""

@@ -1,0 +1,65 @@
+"""Every lesson notebook: committed clean, executed end to end with PROFILE="smoke", claims all hold."""
+
+import json
+import time
+from pathlib import Path
+
+import nbformat
+import papermill as pm
+import pytest
+
+from labtools.claims import read_ledgers
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+IDS = [p.stem for p in NOTEBOOKS]
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS, "no notebooks found"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_committed_notebook_is_clean(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(not c.outputs and c.execution_count is None for c in code), "committed notebook carries outputs"
+    params = code[1]
+    assert "parameters" in params.metadata.get("tags", []), "the second code cell must be tagged 'parameters'"
+    assert params.source.splitlines()[0].startswith('PROFILE = "auto"')
+    assert not any(line.lstrip().startswith("!") for c in code for line in c.source.splitlines()), "no ! cells"
+
+
+def execute(path: Path, out: Path, **parameters) -> dict:
+    pm.execute_notebook(str(path), str(out), parameters=parameters, cwd=str(path.parent), kernel_name="python3",
+                        progress_bar=False, log_output=False)
+    return json.loads(out.read_text())
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_notebook_smoke(path, tmp_path, monkeypatch, record_property):
+    monkeypatch.setenv("LABTOOLS_STATIC", "1")  # inherited by the kernel: no widget frontend
+    t0 = time.perf_counter()
+    nb = execute(path, tmp_path / path.name, PROFILE="smoke")
+    seconds = time.perf_counter() - t0
+    record_property("seconds", round(seconds, 1))
+    print(f"{path.stem}: {seconds:.1f} s")
+    ledgers = read_ledgers(nb)
+    assert ledgers, "the notebook displayed no claims ledger"
+    claims = [c for ledger in ledgers for c in ledger["claims"]]
+    assert claims, "the ledger is empty"
+    failed = [f"{c['statement']}: measured {c['measured']}, expected {c['expected']}" for c in claims if not c["passed"]]
+    assert not failed, "claims that did not hold:\n" + "\n".join(failed)
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_notebook_rejects_an_unknown_profile_before_work(path, tmp_path, monkeypatch):
+    monkeypatch.setenv("LABTOOLS_STATIC", "1")
+    with pytest.raises(pm.PapermillExecutionError) as err:
+        execute(path, tmp_path / path.name, PROFILE="turbo")
+    assert "PROFILE must be one of" in str(err.value)
+    # executions: imports, parameters, papermill's injected parameters, then the settings cell
+    assert err.value.exec_count == 4, "the bad profile must be rejected right after the parameters cell"
