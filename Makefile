@@ -17,8 +17,10 @@ $(STAMP): requirements.txt pyproject.toml
 venv: $(STAMP)
 
 # JupyterLab on localhost only, token authentication left on (the URL with the token is printed).
+# As root (containers), Jupyter refuses to start unless told it may.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--ServerApp.allow_root=True)
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=notebooks
+	$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=notebooks $(ROOT_FLAG)
 
 # Unit and parity tests, then every notebook executed with PROFILE="smoke". This is what CI runs.
 test: $(STAMP)

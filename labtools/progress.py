@@ -7,6 +7,13 @@ scripts: LABTOOLS_STATIC=1 or no IPython kernel), a widget bar would be saved as
 
 import os
 import sys
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Callable
+
+# Where widget bars go instead of display(): set by a widget panel while it redraws. Output from
+# a widget callback belongs to no cell, so a panel hands each bar's widget to its own Output area.
+_sink: ContextVar[Callable | None] = ContextVar("labtools_progress_sink", default=None)
 
 
 def has_frontend() -> bool:
@@ -24,9 +31,25 @@ def has_frontend() -> bool:
 def progress(iterable=None, *, total: int | None = None, desc: str = "", leave: bool = True, **kwargs):
     """A tqdm bar: the widget bar with a frontend, else a quiet text bar on stdout."""
     if has_frontend():
-        from tqdm.auto import tqdm
-        return tqdm(iterable, total=total, desc=desc, leave=leave, **kwargs)
+        sink = _sink.get()
+        if sink is None:
+            from tqdm.auto import tqdm
+            return tqdm(iterable, total=total, desc=desc, leave=leave, **kwargs)
+        from tqdm.notebook import tqdm
+        bar = tqdm(iterable, total=total, desc=desc, leave=leave, display=False, **kwargs)
+        sink(bar.container)
+        return bar
     from tqdm import tqdm
     kwargs.setdefault("mininterval", 30.0)
     kwargs.setdefault("delay", 2.0)
     return tqdm(iterable, total=total, desc=desc, leave=leave, file=sys.stdout, **kwargs)
+
+
+@contextmanager
+def bars_into(sink: Callable[[object], None]):
+    """Within this block, progress() hands each widget bar to sink(widget) instead of displaying it."""
+    token = _sink.set(sink)
+    try:
+        yield
+    finally:
+        _sink.reset(token)

@@ -14,6 +14,7 @@ at once and a new one runs (with a progress bar) and is kept.
 """
 
 import asyncio
+import html
 import json
 import math
 import statistics
@@ -24,7 +25,7 @@ import ipywidgets as W
 import plotly.graph_objects as go
 from IPython.display import display
 
-from labtools.progress import has_frontend
+from labtools.progress import bars_into, has_frontend
 
 
 class Panel:
@@ -36,6 +37,7 @@ class Panel:
         self.debounce_ms = debounce_ms
         self.title = title
         self.status = W.HTML()
+        self.output = W.Output()  # progress bars of a redraw (e.g. a training run) appear here
         self.draw_ms: list[float] = []  # kernel-side time of each redraw
         self._figure: go.FigureWidget | None = None
         self._pending = None
@@ -55,10 +57,12 @@ class Panel:
     def redraw(self) -> None:
         """Draw with the current values now, updating the FigureWidget in place."""
         t0 = time.perf_counter()
+        self.output.outputs = ()  # drop the previous draw's bars
         try:
-            new = self.draw(**self.values())
-        except ValueError as e:  # out-of-range combination: say so, keep the last figure
-            self.status.value = f"<span style='color:#cf222e'>{e}</span>"
+            with bars_into(self.output.append_display_data):
+                new = self.draw(**self.values())
+        except Exception as e:  # shown in the panel: a callback's traceback would only reach the server log
+            self.status.value = f"<span style='color:#cf222e'>{html.escape(f'{type(e).__name__}: {e}')}</span>"
             return
         if self._figure is None:
             self._figure = go.FigureWidget()
@@ -106,7 +110,7 @@ class Panel:
     def widget(self) -> W.Widget:
         header = [W.HTML(f"<b>{self.title}</b>")] if self.title else []
         controls = W.HBox(list(self.controls.values()), layout=W.Layout(flex_flow="row wrap"))
-        return W.VBox(header + [controls, self.figure, self.status])
+        return W.VBox(header + [controls, self.output, self.figure, self.status])
 
     def show(self) -> None:
         """The live panel with a frontend; otherwise the figure for the default values."""

@@ -191,7 +191,9 @@ def size_panel(S: Settings, corpus: data.Corpus, baseline: History) -> tuple[Pan
 
     def draw(n_layer, n_embd, steps):
         h = cache(n_layer=n_layer, n_embd=n_embd, steps=steps)
-        runs = {f"baseline L={S.n_layer} C={S.n_embd}": baseline, f"L={n_layer} C={n_embd}, {steps} steps": h}
+        runs = {f"baseline L={S.n_layer} C={S.n_embd}, {S.steps} steps": baseline}
+        if h is not baseline:
+            runs[f"L={n_layer} C={n_embd}, {steps} steps"] = h
         return plots.loss_curves(runs, floor=corpus.entropy_rate, title="Depth, width and steps vs the floor")
 
     controls = {

@@ -26,7 +26,7 @@ def test_a_bad_value_shows_the_error_and_keeps_the_figure():
     panel = Panel(draw, {"a": slider(1, 0, 5), "b": slider(0.0, -1.0, 1.0)}, debounce_ms=0)
     _ = panel.figure
     panel.controls["b"].value = -0.5
-    assert "b must be" in panel.status.value
+    assert "ValueError: b must be" in panel.status.value
     assert panel.figure.data[0].y == (0, 1, 2)
 
 
@@ -92,3 +92,22 @@ def test_slider_kinds():
     s = slider(1e-3, 1e-5, 1e-1, log=True)
     assert isinstance(s, W.FloatLogSlider) and s.value == pytest.approx(1e-3)
     assert slider(3, 1, 5, continuous=False).continuous_update is False
+
+
+def test_panel_puts_progress_bars_in_its_own_output(monkeypatch):
+    from labtools import progress as P
+    monkeypatch.setattr(P, "has_frontend", lambda: True)  # as in JupyterLab
+    displayed = []
+    monkeypatch.setattr("IPython.display.display", lambda *a, **k: displayed.append(a))
+
+    def draw(a):
+        for _ in P.progress(range(3), desc="work"):
+            pass
+        return go.Figure(go.Scatter(x=[0], y=[a]))
+
+    panel = Panel(draw, {"a": slider(1, 0, 5)}, debounce_ms=0)
+    _ = panel.figure
+    panel.controls["a"].value = 2
+    assert len(panel.output.outputs) == 1  # this draw's bar only; the previous one was dropped
+    assert "application/vnd.jupyter.widget-view+json" in panel.output.outputs[0]["data"]
+    assert not displayed
