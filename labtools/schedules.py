@@ -53,24 +53,23 @@ def linear_warmup(step: int, *, warmup: int) -> float:
     return 1.0
 
 
-def warmup_cosine(step: int, *, warmup: int, total: int, min_ratio: float = 0.0) -> float:
-    """Linear warmup, then a half-cosine from 1 at `warmup` to min_ratio at `total`."""
+def _warmup_then_decay(step: int, warmup: int, total: int, min_ratio: float, shape: str) -> float:
     _check("warmup", warmup)
     _check("total", total, warmup + 1)
     _check_ratio(min_ratio)
     if step < warmup:
         return step / warmup
-    return _decay((step - warmup) / (total - warmup), min_ratio, "cosine")
+    return _decay((step - warmup) / (total - warmup), min_ratio, shape)
+
+
+def warmup_cosine(step: int, *, warmup: int, total: int, min_ratio: float = 0.0) -> float:
+    """Linear warmup, then a half-cosine from 1 at `warmup` to min_ratio at `total`."""
+    return _warmup_then_decay(step, warmup, total, min_ratio, "cosine")
 
 
 def warmup_linear(step: int, *, warmup: int, total: int, min_ratio: float = 0.0) -> float:
     """Linear warmup, then a straight line from 1 at `warmup` to min_ratio at `total`."""
-    _check("warmup", warmup)
-    _check("total", total, warmup + 1)
-    _check_ratio(min_ratio)
-    if step < warmup:
-        return step / warmup
-    return _decay((step - warmup) / (total - warmup), min_ratio, "linear")
+    return _warmup_then_decay(step, warmup, total, min_ratio, "linear")
 
 
 def wsd(step: int, *, warmup: int, stable: int, decay: int, min_ratio: float = 0.0, shape: str = "cosine") -> float:
@@ -79,6 +78,8 @@ def wsd(step: int, *, warmup: int, stable: int, decay: int, min_ratio: float = 0
     _check("stable", stable)
     _check("decay", decay, 1)
     _check_ratio(min_ratio)
+    if shape not in ("cosine", "linear"):
+        raise ValueError(f"shape must be 'cosine' or 'linear', got {shape!r}")
     if step < warmup:
         return step / warmup
     if step < warmup + stable:
