@@ -33,6 +33,7 @@ class TrainConfig:
     batch_size: int = 32              # sequences per micro-batch
     block_size: int | None = None     # tokens per sequence; None -> the model's block_size
     accum_steps: int = 1              # micro-batches per optimizer step
+    accum_normalize: bool = True      # divide each micro-batch loss by accum_steps; False = the classic bug
     lr: float = 1e-3                  # peak learning rate (for the default optimizer)
     lr_schedule: Callable[[int], float] = constant  # step -> multiplier of every group's base lr
     weight_decay: float = 0.1         # for the default AdamW; biases and norms get none
@@ -42,6 +43,7 @@ class TrainConfig:
     eval_every: int = 50              # steps between validation estimates (and at step 0 and the end)
     eval_batches: int = 10            # validation batches per estimate (the same batches each time)
     seed: int = 0                     # seeds batch sampling and dropout
+    start_step: int = 0               # first step's number (resuming or branching a run): the schedule sees it
     progress: bool = True             # show a progress bar
     desc: str = "train"               # progress bar label
 
@@ -56,6 +58,8 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.lr must be > 0, got {self.lr!r}")
         if self.grad_clip is not None and not self.grad_clip > 0:
             raise ValueError(f"TrainConfig.grad_clip must be > 0 or None, got {self.grad_clip!r}")
+        if not isinstance(self.start_step, int) or self.start_step < 0:
+            raise ValueError(f"TrainConfig.start_step must be an int >= 0, got {self.start_step!r}")
 
 
 @dataclass
@@ -132,7 +136,7 @@ def train(model: torch.nn.Module, data: Corpus, cfg: TrainConfig, *,
     """Train `model` on `data` for cfg.steps optimizer steps and return its History.
 
     optimizer: default AdamW(param_groups(model, cfg.weight_decay), cfg.lr, cfg.betas); a given
-        optimizer keeps its own group lrs as the base that cfg.lr_schedule multiplies.
+        optimizer keeps its own group lrs (its "initial_lr") as the base that cfg.lr_schedule multiplies.
     scaler: default GradScaler for fp16 (disabled otherwise); any object with GradScaler's
         scale/unscale_/step/update/get_scale methods may be passed.
     batch_fn(step, micro) -> (X, Y) replaces sampling from `data` (e.g. to inject a bad batch).
@@ -142,12 +146,16 @@ def train(model: torch.nn.Module, data: Corpus, cfg: TrainConfig, *,
     T = cfg.block_size or model.config.block_size
     if T > model.config.block_size:
         raise ValueError(f"TrainConfig.block_size ({T}) exceeds the model's block_size ({model.config.block_size})")
-    torch.manual_seed(cfg.seed)  # dropout
-    g = torch.Generator().manual_seed(cfg.seed)  # batch sampling
+    torch.manual_seed(cfg.seed + cfg.start_step)  # dropout
+    g = torch.Generator().manual_seed(cfg.seed + cfg.start_step)  # batch sampling
     if optimizer is None:
         fused = {"fused": True} if device.type == "cuda" else {}
         optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas, **fused)
-    base_lrs = [group["lr"] for group in optimizer.param_groups]
+    # The schedule multiplies each group's base lr, kept as "initial_lr" (torch's convention) so it survives
+    # an optimizer state_dict round trip: after loading, group["lr"] holds the last scheduled value.
+    for group in optimizer.param_groups:
+        group.setdefault("initial_lr", group["lr"])
+    base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
     if scaler is None:
         scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
     params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -160,9 +168,10 @@ def train(model: torch.nn.Module, data: Corpus, cfg: TrainConfig, *,
 
     t_start = time.perf_counter()
     model.train()
-    run_eval(0)
+    run_eval(cfg.start_step)
     bar = progress(total=cfg.steps, desc=cfg.desc, disable=not cfg.progress)
-    for step in range(cfg.steps):
+    end = cfg.start_step + cfg.steps
+    for step in range(cfg.start_step, end):
         t0 = time.perf_counter()
         mult = cfg.lr_schedule(step)
         for group, base in zip(optimizer.param_groups, base_lrs):
@@ -172,9 +181,10 @@ def train(model: torch.nn.Module, data: Corpus, cfg: TrainConfig, *,
             X, Y = batch_fn(step, micro) if batch_fn else data.batch("train", cfg.batch_size, T, g, device)
             with autocast(device, cfg.precision):
                 _, loss = model(X, Y)
-            loss = loss / cfg.accum_steps  # each micro-batch is 1/k of the batch: the mean over all tokens
+            if cfg.accum_normalize:
+                loss = loss / cfg.accum_steps  # each micro-batch is 1/k of the batch: the mean over all tokens
             scaler.scale(loss).backward()
-            loss_sum += loss.item()
+            loss_sum += loss.item() if cfg.accum_normalize else loss.item() / cfg.accum_steps
         scaler.unscale_(optimizer)  # grads back to true scale before measuring and clipping (no-op if disabled)
         if cfg.grad_clip is not None:
             grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
@@ -201,11 +211,26 @@ def train(model: torch.nn.Module, data: Corpus, cfg: TrainConfig, *,
         hist.skipped.append(scale_after < scale_before)
         for key, value in info.log.items():
             hist.extra.setdefault(key, []).append(value)
-        if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+        if (step + 1 - cfg.start_step) % cfg.eval_every == 0 or step + 1 == end:
             run_eval(step + 1)
         bar.update(1)
-        if step % 10 == 0 or step + 1 == cfg.steps:
+        if step % 10 == 0 or step + 1 == end:
             bar.set_postfix(loss=f"{loss_sum:.3f}", val=f"{hist.val_loss[-1]:.3f}", refresh=False)
     bar.close()
     hist.seconds = time.perf_counter() - t_start
     return hist
+
+
+def save_checkpoint(path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
+    """Model and optimizer state plus the step, as plain tensors and numbers (loadable with weights_only)."""
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, path)
+
+
+def load_checkpoint(path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> int:
+    """Restore what save_checkpoint wrote and return its step. weights_only=True: a checkpoint is data,
+    never code, so a file from elsewhere cannot run anything when loaded."""
+    ckpt = torch.load(path, map_location=next(model.parameters()).device, weights_only=True)
+    model.load_state_dict(ckpt["model"])
+    if optimizer is not None:
+        optimizer.load_state_dict(ckpt["optimizer"])
+    return ckpt["step"]

@@ -101,3 +101,36 @@ def test_bad_config_raises_naming_the_field(kw, name):
 def test_block_size_beyond_the_model_raises_before_training():
     with pytest.raises(ValueError, match="block_size"):
         train(model(), data.synthetic(), cfg(block_size=64))
+
+
+def test_checkpoint_roundtrip_and_resume_at_the_right_step(tmp_path):
+    from labtools.train import load_checkpoint, save_checkpoint
+    schedule = bind(warmup_cosine, warmup=4, total=30, min_ratio=0.1)
+    m = model()
+    opt = torch.optim.AdamW(m.parameters(), lr=3e-3)
+    train(m, data.synthetic(), cfg(steps=10, lr_schedule=schedule), optimizer=opt)
+    save_checkpoint(tmp_path / "ckpt.pt", m, opt, step=10)
+
+    m2 = model(seed=1)
+    opt2 = torch.optim.AdamW(m2.parameters(), lr=3e-3)
+    assert load_checkpoint(tmp_path / "ckpt.pt", m2, opt2) == 10
+    assert all(torch.equal(a, b) for a, b in zip(m.state_dict().values(), m2.state_dict().values()))
+    assert opt2.state_dict()["state"][0]["step"] == 10
+    h = train(m2, data.synthetic(), cfg(steps=5, start_step=10, lr_schedule=schedule), optimizer=opt2)
+    assert h.step == list(range(10, 15)) and h.val_step == [10, 15]
+    assert h.lr == [pytest.approx(3e-3 * schedule(s), abs=1e-15) for s in range(10, 15)]
+
+
+def test_summing_micro_batch_losses_scales_the_gradient_by_k():
+    X, Y = data.synthetic().batch("train", 16, 32, torch.Generator().manual_seed(0))
+
+    def grads(normalize):
+        captured = []
+        train(model(), data.synthetic(), cfg(steps=1, batch_size=4, accum_steps=4, grad_clip=None,
+                                             accum_normalize=normalize),
+              batch_fn=lambda step, micro: (X[micro * 4:(micro + 1) * 4], Y[micro * 4:(micro + 1) * 4]),
+              callback=lambda info: captured.extend(p.grad.clone() for p in info.model.parameters()))
+        return captured
+
+    for right, summed in zip(grads(True), grads(False)):
+        torch.testing.assert_close(summed, 4 * right, rtol=1e-5, atol=1e-7)
