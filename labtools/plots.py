@@ -7,9 +7,20 @@ import plotly.io as pio
 
 from labtools.train import History
 
-TEMPLATE = "plotly_white"
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
           "#bcbd22", "#17becf")
+
+# The look of plotly_white with only what our figures use. plotly validates and copies a figure's whole
+# template on every build; plotly_white styles every trace type and costs ~8 ms a figure, this ~0.5 ms,
+# which matters for panels that must redraw in <= 100 ms. Registered under a name (no default changed).
+_GRID = "#EBF0F8"
+pio.templates["labtools"] = go.layout.Template(layout=dict(
+    paper_bgcolor="white", plot_bgcolor="white", colorway=list(COLORS), font=dict(color="#2a3f5f"),
+    title=dict(x=0.05), hovermode="closest",
+    xaxis=dict(gridcolor=_GRID, linecolor=_GRID, zerolinecolor=_GRID, zerolinewidth=2, automargin=True),
+    yaxis=dict(gridcolor=_GRID, linecolor=_GRID, zerolinecolor=_GRID, zerolinewidth=2, automargin=True),
+))
+TEMPLATE = "labtools"
 
 
 def color(i: int) -> str:
@@ -65,13 +76,13 @@ def bars(categories: Sequence[str], values: Mapping[str, Sequence[float]], *, ti
     return fig
 
 
-def table(header: Sequence[str], rows: Sequence[Sequence], *, title: str = "") -> go.Figure:
-    """A plotly table (used where a small table reads better than a chart)."""
+def table(header: Sequence[str], rows: Sequence[Sequence], *, title: str = "", row_height: int = 28) -> go.Figure:
+    """A plotly table (used where a small table reads better than a chart); raise row_height for wrapped cells."""
     cols = list(zip(*rows)) if rows else [[] for _ in header]
     fig = go.Figure(go.Table(header=dict(values=list(header), align="left", fill_color="#eef"),
-                             cells=dict(values=cols, align="left")))
+                             cells=dict(values=cols, align="left", height=row_height)))
     fig.update_layout(template=TEMPLATE, title=title, margin=dict(l=10, r=10, t=40 if title else 10, b=10),
-                      height=60 + 28 * (len(rows) + 1))
+                      height=(70 if title else 30) + row_height * (len(rows) + 1) + 20)
     return fig
 
 
