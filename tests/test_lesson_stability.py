@@ -1,0 +1,40 @@
+"""Training-outcome claims of lesson 03 that the smoke profile's runs are too short to show: the
+smallest experiment that shows each, run here (CPU, fixed seed)."""
+
+from labtools.claims import Ledger
+from lessons import stability as lesson
+
+
+def test_clipping_cuts_bad_batch_damage():
+    S = lesson.settings("smoke", clip_steps=lesson.MIN_CLIP_STEPS)
+    runs = lesson.clipping(S)
+    claims = lesson.clip_claims(S, runs)
+    assert set(claims) == {"sgd_clip", "adamw_clip"}
+    ledger = Ledger("03_stability (test)")
+    for key, claim in claims.items():
+        ledger.add(key, *claim)
+    assert ledger.all_passed, ledger.to_text()
+
+
+def test_short_runs_do_not_make_the_claim():
+    S = lesson.settings("smoke")
+    assert S.clip_steps < lesson.MIN_CLIP_STEPS
+    assert lesson.clip_claims(S, runs={}) == {}
+
+
+def test_clip_by_global_norm_matches_torch():
+    import torch
+    g = torch.Generator().manual_seed(0)
+    grads = [torch.randn(s, generator=g) for s in ((5, 3), (7,), (2, 2, 2))]
+    params = [torch.zeros_like(t, requires_grad=True) for t in grads]
+    for p, t in zip(params, grads):
+        p.grad = t.clone()
+    ours = [t.clone() for t in grads]
+    norm = lesson.clip_by_global_norm(ours, 0.5)
+    theirs = torch.nn.utils.clip_grad_norm_(params, 0.5)
+    assert abs(norm - theirs.item()) < 1e-5 and norm > 0.5
+    for a, p in zip(ours, params):
+        torch.testing.assert_close(a, p.grad, rtol=0, atol=1e-7)
+    unchanged = [t.clone() for t in grads]
+    lesson.clip_by_global_norm(unchanged, 100.0)  # under the threshold: untouched
+    assert all(torch.equal(a, b) for a, b in zip(unchanged, grads))
