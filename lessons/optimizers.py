@@ -13,6 +13,7 @@ from plotly.subplots import make_subplots
 
 from labtools import data, plots
 from labtools.claims import Ledger, approx, at_least, at_most, is_true
+from labtools.device import pick_device
 from labtools.model import GPT, GPTConfig
 from labtools.optim import SGD, Adafactor, Adam, AdamL2, AdamW, Lion, max_divergence, state_bytes
 from labtools.profiles import check_range, resolve
@@ -78,10 +79,6 @@ PROFILES = {
 def settings(profile: str = "auto", **overrides) -> Settings:
     """Validated settings for a profile; None-valued overrides keep the profile's value."""
     return resolve(PROFILES, profile, **overrides)
-
-
-def device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 # --- 0. parity with torch.optim ------------------------------------------------------------------
@@ -178,7 +175,7 @@ def corpus(S: Settings) -> data.Corpus:
 def build_model(S: Settings, vocab_size: int) -> GPT:
     torch.manual_seed(S.seed)
     cfg = GPTConfig(vocab_size=vocab_size, block_size=S.block_size, n_layer=S.n_layer, n_head=4, n_embd=S.n_embd)
-    return GPT(cfg).to(device())
+    return GPT(cfg).to(pick_device())
 
 
 def role(name: str) -> str:
@@ -365,7 +362,7 @@ def memory_table(S: Settings) -> dict[str, dict]:
         "Adafactor": (lambda p: Adafactor(p), lambda p: torch.optim.Adafactor(p)),
     }
     text = corpus(S)
-    X, Y = text.batch("train", 4, S.block_size, torch.Generator().manual_seed(0), device())
+    X, Y = text.batch("train", 4, S.block_size, torch.Generator().manual_seed(0), pick_device())
     out = {}
     for name, (ours, theirs) in makers.items():
         row = {"seeds": SEED_TABLE[name]}

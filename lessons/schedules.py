@@ -15,6 +15,7 @@ from plotly.subplots import make_subplots
 
 from labtools import data, plots
 from labtools.claims import Ledger, at_least, at_most, is_true
+from labtools.device import pick_device
 from labtools.model import GPT, GPTConfig
 from labtools.optim import param_groups
 from labtools.profiles import check_range, resolve
@@ -61,10 +62,6 @@ PROFILES = {
 def settings(profile: str = "auto", **overrides) -> Settings:
     """Validated settings for a profile; None-valued overrides keep the profile's value."""
     return resolve(PROFILES, profile, **overrides)
-
-
-def device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 # --- 1. the schedule designer ---------------------------------------------------------------------
@@ -115,7 +112,7 @@ def build(S: Settings, lr: float) -> tuple[GPT, torch.optim.Optimizer]:
     text = corpus()
     torch.manual_seed(S.seed)
     model = GPT(GPTConfig(vocab_size=text.vocab_size, block_size=S.block_size, n_layer=S.n_layer, n_head=4,
-                          n_embd=S.n_embd)).to(device())
+                          n_embd=S.n_embd)).to(pick_device())
     return model, torch.optim.AdamW(param_groups(model, 0.1), lr=lr, betas=(0.9, 0.95))
 
 

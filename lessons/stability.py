@@ -14,6 +14,7 @@ from plotly.subplots import make_subplots
 
 from labtools import data, plots
 from labtools.claims import Ledger, at_least, at_most
+from labtools.device import pick_device
 from labtools.model import GPT, GPTConfig
 from labtools.optim import param_groups
 from labtools.profiles import check_range, resolve
@@ -64,10 +65,6 @@ def settings(profile: str = "auto", **overrides) -> Settings:
     return resolve(PROFILES, profile, **overrides)
 
 
-def device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
 def corpus() -> data.Corpus:
     return data.text()
 
@@ -76,7 +73,7 @@ def build(S: Settings, optimizer: str, lr: float) -> tuple[GPT, torch.optim.Opti
     text = corpus()
     torch.manual_seed(S.seed)
     model = GPT(GPTConfig(vocab_size=text.vocab_size, block_size=S.block_size, n_layer=S.n_layer, n_head=4,
-                          n_embd=S.n_embd)).to(device())
+                          n_embd=S.n_embd)).to(pick_device())
     if optimizer == "AdamW":
         return model, torch.optim.AdamW(param_groups(model, 0.1), lr=lr, betas=(0.9, 0.95))
     return model, torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
@@ -99,7 +96,7 @@ def clip_parity(S: Settings, max_norm: float = 0.1) -> tuple[float, float]:
     """(max |ours − torch| over the clipped gradients, pre-clip norm) on the GPT's real gradients of one batch."""
     text = corpus()
     model, _ = build(S, "AdamW", S.adamw_lr)
-    X, Y = text.batch("train", S.batch_size, S.block_size, torch.Generator().manual_seed(S.seed), device())
+    X, Y = text.batch("train", S.batch_size, S.block_size, torch.Generator().manual_seed(S.seed), pick_device())
     model(X, Y)[1].backward()
     ours = [p.grad.clone() for p in model.parameters()]
     norm = clip_by_global_norm(ours, max_norm)
@@ -112,7 +109,7 @@ def clip_parity(S: Settings, max_norm: float = 0.1) -> tuple[float, float]:
 def bad_batch(S: Settings, text: data.Corpus) -> tuple[torch.Tensor, torch.Tensor]:
     """A data-pipeline failure: a batch of one character repeated (as from a corrupt shard or runaway padding)."""
     X = torch.full((S.batch_size, S.block_size + 1), text.encode("~")[0], dtype=torch.long)
-    return X[:, :-1].to(device()), X[:, 1:].to(device())
+    return X[:, :-1].to(pick_device()), X[:, 1:].to(pick_device())
 
 
 def clip_run(S: Settings, optimizer: str, clip: float | None, inject: bool) -> History:
@@ -122,7 +119,7 @@ def clip_run(S: Settings, optimizer: str, clip: float | None, inject: bool) -> H
     g = torch.Generator().manual_seed(S.seed)
 
     def batch_fn(step, micro):
-        X, Y = text.batch("train", S.batch_size, S.block_size, g, device())  # keep the clean stream in step
+        X, Y = text.batch("train", S.batch_size, S.block_size, g, pick_device())  # keep the clean stream in step
         return bad_batch(S, text) if inject and at <= step < at + S.n_bad else (X, Y)
 
     cfg = TrainConfig(steps=S.clip_steps, batch_size=S.batch_size, block_size=S.block_size, grad_clip=clip,
@@ -183,7 +180,7 @@ def clipping_figure(S: Settings, runs: dict[tuple, History]) -> go.Figure:
 def accumulation_gradients(S: Settings) -> float:
     """max |g_accumulated − g_full| after one step: k micro-batches of B/k vs one batch of B (no clipping)."""
     text = corpus()
-    X, Y = text.batch("train", S.batch_size, S.block_size, torch.Generator().manual_seed(S.seed), device())
+    X, Y = text.batch("train", S.batch_size, S.block_size, torch.Generator().manual_seed(S.seed), pick_device())
     B = S.batch_size // S.accum_k
     grads = {}
     for k, micro_b in ((1, S.batch_size), (S.accum_k, B)):

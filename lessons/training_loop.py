@@ -14,6 +14,7 @@ import torch
 
 from labtools import data, plots
 from labtools.claims import Ledger, approx, at_least, at_most
+from labtools.device import pick_device
 from labtools.model import GPT, GPTConfig
 from labtools.optim import param_groups
 from labtools.profiles import check_range, resolve
@@ -66,10 +67,6 @@ def settings(profile: str = "auto", **overrides) -> Settings:
     return resolve(PROFILES, profile, **overrides)
 
 
-def device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
 def model_config(S: Settings, vocab_size: int, **changes) -> GPTConfig:
     cfg = GPTConfig(vocab_size=vocab_size, block_size=S.block_size, n_layer=S.n_layer, n_head=S.n_head,
                     n_embd=S.n_embd)
@@ -78,7 +75,7 @@ def model_config(S: Settings, vocab_size: int, **changes) -> GPTConfig:
 
 def build_model(S: Settings, vocab_size: int, **changes) -> GPT:
     torch.manual_seed(S.seed)
-    return GPT(model_config(S, vocab_size, **changes)).to(device())
+    return GPT(model_config(S, vocab_size, **changes)).to(pick_device())
 
 
 def train_config(S: Settings, steps: int, desc: str) -> TrainConfig:
@@ -102,7 +99,7 @@ def time_phases(S: Settings, corpus: data.Corpus) -> dict[str, list[float]]:
     model = build_model(S, corpus.vocab_size)
     optimizer = torch.optim.AdamW(param_groups(model, 0.1), lr=S.lr, betas=(0.9, 0.95))
     g = torch.Generator().manual_seed(S.seed)
-    dev = device()
+    dev = pick_device()
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     times: dict[str, list[float]] = {k: [] for k in ("batch", "forward", "backward", "clip", "step", "zero_grad")}
 
