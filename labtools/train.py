@@ -11,6 +11,7 @@ The learning rate is `cfg.lr * cfg.lr_schedule(step)`, a pure function of the st
 Introduced in notebooks/00_training_loop.ipynb.
 """
 
+import math
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
@@ -208,7 +209,9 @@ def train(model: torch.nn.Module, data: Corpus, cfg: TrainConfig, *,
         hist.grad_norm.append(info.grad_norm)
         hist.tokens_per_s.append(cfg.batch_size * T * cfg.accum_steps / dt)
         hist.loss_scale.append(scale_before)
-        hist.skipped.append(scale_after < scale_before)
+        # A scaler skips exactly the steps whose unscaled gradients hold an inf/nan, i.e. a non-finite norm
+        # (a static scale never backs off, so a falling scale alone would miss them).
+        hist.skipped.append(scaler.is_enabled() and (scale_after < scale_before or not math.isfinite(info.grad_norm)))
         for key, value in info.log.items():
             hist.extra.setdefault(key, []).append(value)
         if (step + 1 - cfg.start_step) % cfg.eval_every == 0 or step + 1 == end:
