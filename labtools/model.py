@@ -16,8 +16,16 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.checkpoint import checkpoint
 
-CHECKPOINT_POLICIES = ("none",)
+# What activation checkpointing keeps (torch.utils.checkpoint, use_reentrant=False); everything else inside a
+# checkpointed region is recomputed during backward. Introduced in notebooks/05_activation_checkpointing.ipynb.
+#   none      keep everything
+#   block     keep each block's input
+#   every_k   keep the input of every segment of `checkpoint_every` blocks (e.g. √L segments)
+#   attn      recompute the attention sub-block (LayerNorm, QKV, attention, projection) only
+#   mlp       recompute the MLP sub-block (LayerNorm, up-projection, GELU, down-projection) only
+CHECKPOINT_POLICIES = ("none", "block", "every_k", "attn", "mlp")
 
 
 @dataclass
@@ -30,6 +38,7 @@ class GPTConfig:
     dropout: float = 0.0      # dropout on attention weights, residual adds and embeddings
     bias: bool = True         # biases in Linear and LayerNorm (GPT-2 has them)
     checkpoint: str = "none"  # activation checkpointing policy, one of CHECKPOINT_POLICIES
+    checkpoint_every: int = 1 # blocks per checkpointed segment when checkpoint == "every_k"
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
@@ -42,6 +51,8 @@ class GPTConfig:
             raise ValueError(f"GPTConfig.dropout must be in [0, 1), got {self.dropout!r}")
         if self.checkpoint not in CHECKPOINT_POLICIES:
             raise ValueError(f"GPTConfig.checkpoint must be one of {CHECKPOINT_POLICIES}, got {self.checkpoint!r}")
+        if not isinstance(self.checkpoint_every, int) or self.checkpoint_every < 1:
+            raise ValueError(f"GPTConfig.checkpoint_every must be an int >= 1, got {self.checkpoint_every!r}")
 
 
 def tiny(vocab_size: int = 64) -> GPTConfig:
@@ -109,10 +120,24 @@ class Block(nn.Module):
         self.attn = CausalSelfAttention(config)
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
+        self.policy = config.checkpoint
+
+    def _attn(self, x):
+        return self.attn(self.ln_1(x))
+
+    def _mlp(self, x):
+        return self.mlp(self.ln_2(x))
 
     def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        x = x + self.mlp(self.ln_2(x))
+        recompute = torch.is_grad_enabled()
+        if recompute and self.policy == "attn":
+            x = x + checkpoint(self._attn, x, use_reentrant=False)
+        else:
+            x = x + self._attn(x)
+        if recompute and self.policy == "mlp":
+            x = x + checkpoint(self._mlp, x, use_reentrant=False)
+        else:
+            x = x + self._mlp(x)
         return x
 
 
@@ -158,14 +183,25 @@ class GPT(nn.Module):
             raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
         pos = torch.arange(T, dtype=torch.long, device=idx.device)  # (T,)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))  # (B, T, C)
-        for block in self.transformer.h:
-            x = block(x)
+        policy, L = self.config.checkpoint, self.config.n_layer
+        if policy in ("block", "every_k") and torch.is_grad_enabled():
+            k = 1 if policy == "block" else self.config.checkpoint_every
+            for start in range(0, L, k):  # keep only each segment's input; recompute the rest in backward
+                x = checkpoint(self._segment, x, start, min(start + k, L), use_reentrant=False)
+        else:
+            for block in self.transformer.h:
+                x = block(x)
         x = self.transformer.ln_f(x)
         logits = self.lm_head(x)  # (B, T, vocab_size)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
         return logits, loss
+
+    def _segment(self, x, start: int, end: int):
+        for block in self.transformer.h[start:end]:
+            x = block(x)
+        return x
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,

@@ -87,3 +87,19 @@ def test_bad_config_raises_naming_the_field(kw, name):
 def test_sequence_longer_than_block_size_raises():
     with pytest.raises(ValueError, match="block_size"):
         make()(torch.zeros(1, 17, dtype=torch.long))
+
+
+@pytest.mark.parametrize("policy, every", [("block", 1), ("every_k", 2), ("every_k", 3), ("attn", 1), ("mlp", 1)])
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_checkpointing_leaves_gradients_unchanged(policy, every, dropout):
+    X, Y = torch.randint(32, (3, 16)), torch.randint(32, (3, 16))
+
+    def grads(**kw):
+        model = make(n_layer=5, dropout=dropout, **kw)  # same seed, same initial weights
+        torch.manual_seed(7)  # same dropout masks
+        model(X, Y)[1].backward()
+        return [p.grad for p in model.parameters()]
+
+    reference = grads()
+    for a, b in zip(reference, grads(checkpoint=policy, checkpoint_every=every)):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
