@@ -11,8 +11,12 @@ Measurement (any device):
 Prediction:
     activation_bytes         saved activations of labtools.model.GPT from its shape and checkpoint policy,
                              derived by listing what each op of our block saves (notebook 05)
+    estimate                 the whole budget per GPU: weights, gradients, fp32 master weights, optimizer
+                             state, activations — under mixed precision, ZeRO/FSDP sharding, tensor and
+                             pipeline parallelism and CPU offload, with its convention stated (notebook 06)
+    architecture             n_params, parameter shapes and activation bytes from a GPT's dimensions
 
-Introduced in notebooks/05_activation_checkpointing.ipynb.
+Introduced in notebooks/05_activation_checkpointing.ipynb and notebooks/06_memory_budget.ipynb.
 """
 
 import math
@@ -153,3 +157,148 @@ def korthikanti_bytes_per_layer(seq_len: int, batch_size: int, hidden: int, head
     attention that keeps its s×s scores."""
     s, b, h, a = seq_len, batch_size, hidden, heads
     return s * b * h * (34 + 5 * a * s / h)
+
+
+# --- prediction: the whole budget ------------------------------------------------------------------------
+
+PRECISIONS = ("fp32", "bf16-mixed", "bf16")
+OPTIMIZERS = ("sgd", "momentum", "adam", "adamw", "adafactor", "lion", "adam8bit")
+ZERO_ALIASES = {"NO_SHARD": 0, "SHARD_GRAD_OP": 2, "FULL_SHARD": 3}  # FSDP's names for ZeRO stages
+OFFLOADS = (None, "optimizer", "params", "all")
+GRADS = ("param", "fp32", "param+fp32")
+
+# Optimizer state per parameter, in numbers kept per parameter (their dtype follows the precision).
+_STATE_NUMBERS = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2, "lion": 1}
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """Bytes per GPU (parts, total) and per host for what is offloaded (cpu_parts, cpu_total)."""
+    parts: dict
+    cpu_parts: dict
+    n_params: int
+    convention: str
+
+    @property
+    def total(self) -> int:
+        return sum(self.parts.values())
+
+    @property
+    def cpu_total(self) -> int:
+        return sum(self.cpu_parts.values())
+
+    @property
+    def model_states(self) -> int:
+        """Everything on the GPU except activations (what sharding and offload act on)."""
+        return self.total - self.parts.get("activations", 0)
+
+    def bytes_per_param(self) -> float:
+        return self.model_states / self.n_params
+
+
+def _check_int(name: str, value, lo: int = 1) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < lo:
+        raise ValueError(f"{name} must be an int >= {lo}, got {value!r}")
+
+
+def estimate(n_params: int, *, precision: str = "bf16-mixed", optimizer: str = "adamw", zero_stage: int | str = 0,
+             dp: int = 1, tp: int = 1, pp: int = 1, offload: str | None = None, activations: int | None = None,
+             grads: str = "param", param_shapes: list[tuple] | None = None) -> MemoryBudget:
+    """Memory per GPU for training a model of n_params parameters.
+
+    Convention (stated, because published numbers differ by exactly these choices):
+    - precision "fp32": weights, gradients and optimizer state in fp32. "bf16-mixed": bf16 weights and
+      gradients, an fp32 master copy of the weights, fp32 optimizer state (Micikevicius et al. 2018; the
+      ZeRO paper's 2 + 2 + 12 = 16 bytes/param for Adam). "bf16": everything in bf16, no master copy.
+    - grads: "param" = gradients in the weights' dtype; "fp32" = accumulated in fp32 instead (mixed
+      precision: 18 bytes/param with Adam); "param+fp32" = both, the fp32 copy feeding the optimizer (20).
+    - optimizer state: sgd 0, momentum 1, adam/adamw 2, lion 1 numbers per parameter; adam8bit 2 bytes per
+      parameter plus one fp32 scale per 2048-element block per moment; adafactor (no momentum) keeps a row
+      and a column factor per matrix, which needs param_shapes.
+    - zero_stage (or FSDP's NO_SHARD / SHARD_GRAD_OP / FULL_SHARD) shards over the dp ranks: 1 the optimizer
+      state and master weights, 2 also the gradients, 3 also the weights (Rajbhandari et al. 2020).
+    - tp and pp divide every model state evenly (no replicated layers counted); activations are given per GPU.
+    - offload: "optimizer" moves optimizer state and master weights to host memory; "params" moves weights
+      and gradients; "all" both. They then appear in cpu_parts.
+    - bytes, not GB: 1 GB = 1e9 bytes here (7B × 16 = 112 GB = 104.3 GiB).
+    """
+    if not isinstance(n_params, int) or n_params < 1:
+        raise ValueError(f"n_params must be a positive int, got {n_params!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+    if isinstance(zero_stage, str):
+        if zero_stage not in ZERO_ALIASES:
+            raise ValueError(f"zero_stage must be 0-3 or one of {tuple(ZERO_ALIASES)}, got {zero_stage!r}")
+        zero_stage = ZERO_ALIASES[zero_stage]
+    if zero_stage not in (0, 1, 2, 3) or isinstance(zero_stage, bool):
+        raise ValueError(f"zero_stage must be 0, 1, 2 or 3 (or one of {tuple(ZERO_ALIASES)}), got {zero_stage!r}")
+    for name, value in (("dp", dp), ("tp", tp), ("pp", pp)):
+        _check_int(name, value)
+    if offload not in OFFLOADS:
+        raise ValueError(f"offload must be one of {OFFLOADS}, got {offload!r}")
+    if grads not in GRADS:
+        raise ValueError(f"grads must be one of {GRADS}, got {grads!r}")
+    if grads != "param" and precision == "fp32":
+        raise ValueError("grads='fp32' or 'param+fp32' only differ from 'param' for bf16 precisions")
+    if activations is not None:
+        _check_int("activations", activations, 0)
+
+    w = 4 if precision == "fp32" else 2                     # bytes per weight
+    s = 2 if precision == "bf16" else 4                     # bytes per optimizer-state number
+    g = {"param": w, "fp32": 4, "param+fp32": w + 4}[grads]  # bytes per gradient
+    master = 4 if precision == "bf16-mixed" else 0
+    if optimizer == "adafactor":
+        if param_shapes is None:
+            raise ValueError("optimizer='adafactor' needs param_shapes: its state is a row and a column per matrix")
+        state_numbers = sum((r + c) if len(shape) >= 2 else math.prod(shape)
+                            for shape in param_shapes for r, c in [(math.prod(shape[:-1]), shape[-1])])
+        optimizer_bytes = state_numbers * s
+    elif optimizer == "adam8bit":
+        optimizer_bytes = 2 * n_params + 2 * 4 * math.ceil(n_params / 2048)
+    else:
+        optimizer_bytes = _STATE_NUMBERS[optimizer] * n_params * s
+
+    shard = tp * pp  # model parallelism splits every model state
+    full = {"weights": w * n_params / shard, "gradients": g * n_params / shard,
+            "master weights": master * n_params / shard, "optimizer state": optimizer_bytes / shard}
+    sharded = {1: ("optimizer state", "master weights"), 2: ("optimizer state", "master weights", "gradients"),
+               3: ("optimizer state", "master weights", "gradients", "weights")}.get(zero_stage, ())
+    per_gpu = {k: (v / dp if k in sharded else v) for k, v in full.items()}
+    moved = {None: (), "optimizer": ("optimizer state", "master weights"), "params": ("weights", "gradients"),
+             "all": ("weights", "gradients", "optimizer state", "master weights")}[offload]
+    parts = {k: int(round(v)) for k, v in per_gpu.items() if k not in moved and v}
+    cpu_parts = {k: int(round(v)) for k, v in per_gpu.items() if k in moved and v}
+    if activations:
+        parts["activations"] = activations
+    convention = (f"{precision}, {optimizer}, grads {grads}, ZeRO-{zero_stage} over dp={dp}, tp={tp}, pp={pp}"
+                  f"{f', offload {offload}' if offload else ''}")
+    return MemoryBudget(parts, cpu_parts, n_params, convention)
+
+
+@dataclass(frozen=True)
+class Architecture:
+    n_params: int
+    param_shapes: list
+    activations: dict  # activation_bytes(...) for the given batch, length and policy
+
+
+def architecture(n_layer: int, n_embd: int, n_head: int, vocab_size: int, seq_len: int, micro_batch: int, *,
+                 checkpoint: str = "none", checkpoint_every: int = 1, bytes_per_element: int = 2,
+                 block_size: int | None = None) -> Architecture:
+    """Parameters and activations of labtools.model.GPT (GPT-2 style: tied embeddings, biases, 4C MLP).
+
+    Larger published models differ in detail (LLaMA: SwiGLU MLP of 8C/3 with three matrices, RMSNorm, no
+    biases, untied output layer); at the same depth and width their parameter count is within a few percent.
+    """
+    T = block_size or seq_len
+    C = n_embd
+    shapes = [(vocab_size, C), (T, C)]
+    for _ in range(n_layer):
+        shapes += [(C,), (C,), (3 * C, C), (3 * C,), (C, C), (C,), (C,), (C,), (4 * C, C), (4 * C,), (C, 4 * C), (C,)]
+    shapes += [(C,), (C,)]
+    n = sum(math.prod(sh) for sh in shapes)
+    acts = activation_bytes(n_layer, n_embd, n_head, vocab_size, seq_len, micro_batch, policy=checkpoint,
+                            checkpoint_every=checkpoint_every, bytes_per_element=bytes_per_element)
+    return Architecture(n, shapes, acts)

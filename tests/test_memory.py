@@ -66,3 +66,64 @@ def test_model_state_bytes():
 def test_bad_prediction_arguments(kw, name):
     with pytest.raises(ValueError, match=name):
         activation_bytes(2, 64, 4, 96, 32, 4, **kw)
+
+
+# --- the budget calculator ------------------------------------------------------------------------------------
+
+from labtools import optim as O  # noqa: E402
+from labtools.memory import architecture, estimate  # noqa: E402
+
+OPTIMIZERS = {"sgd": lambda p: O.SGD(p, lr=0.1), "momentum": lambda p: O.SGD(p, lr=0.1, momentum=0.9),
+              "adam": lambda p: O.Adam(p), "adamw": lambda p: O.AdamW(p, weight_decay=0.1),
+              "lion": lambda p: O.Lion(p), "adafactor": lambda p: O.Adafactor(p)}
+
+
+@pytest.mark.parametrize("precision, dtype", [("fp32", torch.float32), ("bf16", torch.bfloat16)])
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_predicted_model_states_equal_measured(name, precision, dtype):
+    L, C, H, V, T, B = CONFIGS[0]
+    model, X, Y = model_and_batch(*CONFIGS[0])
+    model = model.to(dtype)
+    opt = OPTIMIZERS[name](model.parameters())
+    model(X, Y)[1].backward()
+    opt.step()
+    measured = model_state_bytes(model, opt)
+    arch = architecture(L, C, H, V, T, B)
+    assert arch.n_params == sum(p.numel() for p in model.parameters())
+    budget = estimate(arch.n_params, precision=precision, optimizer=name, param_shapes=arch.param_shapes)
+    predicted = {"params": budget.parts.get("weights", 0), "grads": budget.parts.get("gradients", 0),
+                 "optimizer": budget.parts.get("optimizer state", 0)}
+    assert predicted == measured
+
+
+def test_published_numbers():
+    GB = 1e9
+    assert estimate(7_000_000_000, precision="fp32", optimizer="adam").total == 112 * GB
+    assert estimate(7_000_000_000, precision="bf16-mixed", optimizer="adamw").total == 112 * GB
+    assert estimate(70_000_000_000, zero_stage="FULL_SHARD", dp=8).total == 140 * GB
+    zero = [round(estimate(7_500_000_000, zero_stage=z, dp=64).total / GB, 1) for z in range(4)]
+    assert zero == [120.0, 31.4, 16.6, 1.9]  # Rajbhandari et al. 2020, Figure 1
+    assert [estimate(10**9, grads=g).bytes_per_param() for g in ("param", "fp32", "param+fp32")] == [16, 18, 20]
+
+
+def test_offload_moves_bytes_to_the_host():
+    b = estimate(7_000_000_000, offload="optimizer")
+    assert set(b.cpu_parts) == {"optimizer state", "master weights"} and b.total == 28e9 and b.cpu_total == 84e9
+    assert estimate(7_000_000_000, offload="all").total == 0
+
+
+def test_tp_pp_and_activations():
+    b = estimate(8 * 10**9, tp=4, pp=2, activations=10**9)
+    assert b.parts["weights"] == 2 * 10**9 and b.parts["activations"] == 10**9 and b.model_states == 16 * 10**9
+
+
+@pytest.mark.parametrize("kw, name", [
+    (dict(n_params=-5), "n_params"), (dict(zero_stage=4), "zero_stage"), (dict(zero_stage="HALF_SHARD"), "zero_stage"),
+    (dict(dp=0), "dp"), (dict(optimizer="adagrad"), "optimizer"), (dict(precision="fp8"), "precision"),
+    (dict(offload="disk"), "offload"), (dict(optimizer="adafactor"), "param_shapes"), (dict(tp=1.5), "tp"),
+])
+def test_estimate_rejects_bad_input(kw, name):
+    args = dict(n_params=10**9) | kw
+    n = args.pop("n_params")
+    with pytest.raises(ValueError, match=name):
+        estimate(n, **args)
