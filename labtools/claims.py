@@ -44,7 +44,7 @@ class Expectation:
     def describe(self) -> str:
         return {
             "true": lambda: "true",
-            "approx": lambda: f"{_fmt(self.a)} ± {_fmt(self.b)}",
+            "approx": lambda: f"= {_fmt(self.a)}" if self.b <= 1e-9 * max(1.0, abs(self.a)) else f"{_fmt(self.a)} ± {_fmt(self.b)}",
             "between": lambda: f"in [{_fmt(self.a)}, {_fmt(self.b)}]",
             "at_least": lambda: f"≥ {_fmt(self.a)}",
             "at_most": lambda: f"≤ {_fmt(self.a)}",

@@ -17,6 +17,7 @@ import asyncio
 import html
 import json
 import math
+import re
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -161,3 +162,52 @@ def slider(value, lo, hi, step=None, description: str = "", log: bool = False, c
     if isinstance(value, int) and not isinstance(value, bool):
         return W.IntSlider(value=value, min=lo, max=hi, step=step or 1, **common)
     return W.FloatSlider(value=value, min=lo, max=hi, step=step or (hi - lo) / 100, **common)
+
+
+class Exercise:
+    """A question with answer boxes, a Check button and a Show-solution button.
+
+    check(answers: dict[str, float]) -> (ok, message); solution is markdown. Without a frontend, show()
+    prints the question and the solution inside a collapsed <details> block.
+    """
+
+    def __init__(self, title: str, question: str, fields: Mapping[str, str],
+                 check: Callable[[dict], tuple[bool, str]], solution: str):
+        self.title, self.question, self.check, self.solution = title, question, check, solution
+        self.inputs = {key: W.FloatText(description=label, style={"description_width": "initial"})
+                       for key, label in fields.items()}
+        self.result = W.HTML()
+        self.revealed = W.Output()
+
+    def answers(self) -> dict:
+        return {k: w.value for k, w in self.inputs.items()}
+
+    def on_check(self, *_) -> tuple[bool, str]:
+        ok, message = self.check(self.answers())
+        color = "#1a7f37" if ok else "#cf222e"
+        self.result.value = f"<span style='color:{color}'>{'✓' if ok else '✗'} {message}</span>"
+        return ok, message
+
+    def on_reveal(self, *_) -> None:
+        from IPython.display import Markdown
+        self.revealed.clear_output()
+        self.revealed.append_display_data(Markdown(self.solution))
+
+    def show(self) -> None:
+        header = f"**{self.title}.** {self.question}"
+        if not has_frontend():
+            display({"text/markdown": f"{header}\n\n<details><summary>Solution</summary>\n\n{self.solution}\n\n"
+                                      "</details>"}, raw=True)
+            return
+        check, reveal = W.Button(description="Check"), W.Button(description="Show solution")
+        check.on_click(self.on_check)
+        reveal.on_click(self.on_reveal)
+        display(W.VBox([W.HTML(_md_to_html(header)), W.HBox(list(self.inputs.values()), layout=W.Layout(flex_flow="row wrap")),
+                        W.HBox([check, reveal]), self.result, self.revealed]))
+
+
+def _md_to_html(text: str) -> str:
+    """Just enough markdown for a question line: **bold** and `code`."""
+    text = html.escape(text)
+    text = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text)
+    return re.sub(r"`(.+?)`", r"<code>\1</code>", text)

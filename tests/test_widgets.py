@@ -111,3 +111,15 @@ def test_panel_puts_progress_bars_in_its_own_output(monkeypatch):
     assert len(panel.output.outputs) == 1  # this draw's bar only; the previous one was dropped
     assert "application/vnd.jupyter.widget-view+json" in panel.output.outputs[0]["data"]
     assert not displayed
+
+
+def test_exercise_checks_answers_and_reveals_the_solution(monkeypatch):
+    from labtools.widgets import Exercise
+    ex = Exercise("Sum", "What is 2 + 2?", {"x": "answer"},
+                  check=lambda a: (a["x"] == 4, "right" if a["x"] == 4 else "try again"), solution="**4**")
+    ex.inputs["x"].value = 5
+    assert ex.on_check() == (False, "try again") and "✗" in ex.result.value
+    ex.inputs["x"].value = 4
+    assert ex.on_check()[0] and "✓" in ex.result.value
+    ex.on_reveal()
+    assert "**4**" in str(ex.revealed.outputs)
