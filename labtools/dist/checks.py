@@ -55,3 +55,18 @@ def ddp_tiny(config: dict) -> dict:
     x = torch.randn(8, 32, device=device())
     model(x).pow(2).mean().backward()
     return {"grad_norm": float(torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in model.parameters()])))}
+
+
+def ring_parity(config: dict) -> dict:
+    """labtools.dist.comm.ring_all_reduce against dist.all_reduce on tensors of several sizes (some not
+    divisible by the world size): max difference and bytes sent per size."""
+    from labtools.dist.comm import ring_all_reduce
+    out = {}
+    for n in config.get("sizes", [1, 7, 64, 1001]):
+        g = torch.Generator().manual_seed(rank() * 1000 + n)
+        t = torch.randn(n, generator=g).to(device())
+        ours, theirs = t.clone(), t.clone()
+        sent = ring_all_reduce(ours)
+        dist.all_reduce(theirs)
+        out[str(n)] = {"max_diff": (ours - theirs).abs().max().item(), "sent": sent}
+    return out

@@ -1,0 +1,114 @@
+"""Communication, written out and counted.
+
+ring_all_reduce: the ring algorithm, from scratch, for learning (dist.all_reduce is what DDP uses).
+Each rank's tensor is cut into N chunks. Reduce-scatter: N − 1 steps, each rank sends one chunk to its
+right neighbour and adds the chunk arriving from its left; after them rank r owns the full sum of chunk
+(r + 1) mod N. All-gather: N − 1 more steps pass the finished chunks around the ring. Each rank sends
+2(N − 1) chunks of M/N elements: 2(N − 1)/N · M bytes, whatever N — which is why the ring is
+bandwidth-optimal. Checked against dist.all_reduce in tests/test_dist_comm.py.
+
+DDPCommCounter: a DDP communication hook that counts the buckets all-reduced and their bytes, then does
+the default all-reduce. CollectiveCounter: counts calls and input bytes of torch.distributed collectives
+(all_reduce, all-gathers, reduce-scatters, …) made inside a `with` block.
+Introduced in notebooks/07_data_parallel.ipynb.
+"""
+
+import torch
+import torch.distributed as dist
+
+
+def ring_all_reduce(t: torch.Tensor) -> int:
+    """Sum t over all ranks in place with the ring algorithm; return the bytes this rank sent."""
+    n, r = dist.get_world_size(), dist.get_rank()
+    if n == 1:
+        return 0
+    flat = t.view(-1)
+    chunks = list(flat.tensor_split(n))  # views into t: updates land in place
+    right, left = (r + 1) % n, (r - 1) % n
+    sent = 0
+    for step in range(n - 1):  # reduce-scatter: after it, rank r holds the full sum of chunk (r + 1) % n
+        send_idx, recv_idx = (r - step) % n, (r - step - 1) % n
+        incoming = torch.empty_like(chunks[recv_idx])
+        reqs = [dist.isend(chunks[send_idx].contiguous(), right), dist.irecv(incoming, left)]
+        for q in reqs:
+            q.wait()
+        chunks[recv_idx].add_(incoming)
+        sent += chunks[send_idx].numel() * t.element_size()
+    for step in range(n - 1):  # all-gather: pass each finished chunk once around the ring
+        send_idx, recv_idx = (r + 1 - step) % n, (r - step) % n
+        incoming = torch.empty_like(chunks[recv_idx])
+        reqs = [dist.isend(chunks[send_idx].contiguous(), right), dist.irecv(incoming, left)]
+        for q in reqs:
+            q.wait()
+        chunks[recv_idx].copy_(incoming)
+        sent += chunks[send_idx].numel() * t.element_size()
+    return sent
+
+
+def ring_bytes(n_bytes: int, world: int) -> float:
+    """What each rank sends in a ring all-reduce of n_bytes: 2(N − 1)/N · M."""
+    return 2 * (world - 1) / world * n_bytes
+
+
+class DDPCommCounter:
+    """DDP communication hook: count each bucket (calls and bytes), then all-reduce it as DDP would.
+
+        counter = DDPCommCounter(); model.register_comm_hook(None, counter.hook)
+    """
+
+    def __init__(self):
+        self.calls = 0
+        self.bytes = 0
+        self.bucket_bytes: list[int] = []
+
+    def reset(self) -> None:
+        self.calls, self.bytes, self.bucket_bytes = 0, 0, []
+
+    def hook(self, state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+        buf = bucket.buffer()
+        self.calls += 1
+        self.bytes += buf.numel() * buf.element_size()
+        self.bucket_bytes.append(buf.numel() * buf.element_size())
+        return allreduce_hook(state, bucket)
+
+
+class CollectiveCounter:
+    """Count calls and bytes (of the input on this rank) of torch.distributed collectives inside `with`.
+
+    It wraps the functions in the torch.distributed module, so code that looks them up there at call
+    time (DDP, FSDP) is counted; calls made from C++ directly are not.
+    """
+
+    NAMES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_gather_single",
+             "reduce_scatter_single", "all_gather", "broadcast", "all_to_all_single")
+    INPUT_SECOND = ("all_gather_into_tensor", "reduce_scatter_tensor", "all_gather_single", "reduce_scatter_single")
+
+    def __init__(self):
+        self.calls: dict[str, int] = {}
+        self.bytes: dict[str, int] = {}
+        self._saved = {}
+
+    def _wrap(self, name, fn):
+        def counted(*args, **kwargs):
+            tensors = [a for a in args[:2] if torch.is_tensor(a)] or [
+                a for a in args[:2] if isinstance(a, (list, tuple)) for a in a if torch.is_tensor(a)]
+            src = tensors[-1] if name in self.INPUT_SECOND else tensors[0]  # (output, input) signatures
+            self.calls[name] = self.calls.get(name, 0) + 1
+            self.bytes[name] = self.bytes.get(name, 0) + src.numel() * src.element_size()
+            return fn(*args, **kwargs)
+        return counted
+
+    def __enter__(self):
+        for name in self.NAMES:
+            fn = getattr(dist, name, None)
+            if fn is not None:
+                self._saved[name] = fn
+                setattr(dist, name, self._wrap(name, fn))
+        return self
+
+    def __exit__(self, *exc):
+        for name, fn in self._saved.items():
+            setattr(dist, name, fn)
+        self._saved = {}
+        return False
