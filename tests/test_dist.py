@@ -101,3 +101,24 @@ def test_twenty_consecutive_ddp_launches_all_succeed():
     for i in range(20):
         results = launch("labtools.dist.checks:ddp_tiny", 2, show_progress=False)
         assert results[0]["grad_norm"] == results[1]["grad_norm"] > 0, f"launch {i}"
+
+
+def test_the_readme_multi_node_commands_on_one_node(tmp_path):
+    """make-job, torchrun with an explicit c10d rendezvous (as on several nodes), collect."""
+    import json
+    import socket
+    import subprocess
+    import sys
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run = tmp_path / "run"
+    py = sys.executable
+    job = subprocess.run([py, "-m", "labtools.dist", "make-job", "labtools.dist.checks:hello", "{}", "--run-dir",
+                          str(run), "--backend", "gloo"], check=True, capture_output=True, text=True).stdout.strip()
+    subprocess.run([py, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2", "--node-rank", "0",
+                    "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "-m", "labtools.dist.worker", job],
+                   check=True, capture_output=True, timeout=120)
+    results = json.loads(subprocess.run([py, "-m", "labtools.dist", "collect", str(run)], check=True,
+                                        capture_output=True, text=True).stdout)
+    assert [r["dist"]["rank"] for r in results] == [0, 1] and all(r["sum"] == 1.0 for r in results)

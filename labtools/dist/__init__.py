@@ -242,7 +242,7 @@ def _update_bar(bar, run_dir: Path) -> None:
         return
     if bar.total != p["total"]:
         bar.total = p["total"]
-    bar.n = p["done"]
     if p.get("desc"):
         bar.set_postfix_str(p["desc"], refresh=False)
-    bar.refresh()
+    if p["done"] > bar.n:
+        bar.update(p["done"] - bar.n)  # update() redraws at tqdm's own pace (rarely when there is no frontend)

@@ -13,6 +13,8 @@ the default all-reduce. CollectiveCounter: counts calls and input bytes of torch
 Introduced in notebooks/07_data_parallel.ipynb.
 """
 
+import inspect
+
 import torch
 import torch.distributed as dist
 
@@ -82,7 +84,7 @@ class CollectiveCounter:
 
     NAMES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_gather_single",
              "reduce_scatter_single", "all_gather", "broadcast", "all_to_all_single")
-    INPUT_SECOND = ("all_gather_into_tensor", "reduce_scatter_tensor", "all_gather_single", "reduce_scatter_single")
+    INPUTS = ("input_tensor", "input", "tensor")  # the argument holding this rank's contribution
 
     def __init__(self):
         self.calls: dict[str, int] = {}
@@ -90,10 +92,11 @@ class CollectiveCounter:
         self._saved = {}
 
     def _wrap(self, name, fn):
+        signature = inspect.signature(fn)
+
         def counted(*args, **kwargs):
-            tensors = [a for a in args[:2] if torch.is_tensor(a)] or [
-                a for a in args[:2] if isinstance(a, (list, tuple)) for a in a if torch.is_tensor(a)]
-            src = tensors[-1] if name in self.INPUT_SECOND else tensors[0]  # (output, input) signatures
+            bound = signature.bind_partial(*args, **kwargs).arguments  # callers pass positions or keywords
+            src = next(bound[k] for k in self.INPUTS if torch.is_tensor(bound.get(k)))
             self.calls[name] = self.calls.get(name, 0) + 1
             self.bytes[name] = self.bytes.get(name, 0) + src.numel() * src.element_size()
             return fn(*args, **kwargs)
