@@ -44,7 +44,8 @@ class Expectation:
     def describe(self) -> str:
         return {
             "true": lambda: "true",
-            "approx": lambda: f"= {_fmt(self.a)}" if self.b <= 1e-9 * max(1.0, abs(self.a)) else f"{_fmt(self.a)} ± {_fmt(self.b)}",
+            "approx": lambda: (f"= {_fmt(self.a)}" if self.b <= 1e-9 * max(1.0, abs(self.a))
+                               else f"{_fmt(self.a)} ± {_fmt(self.b)}"),
             "between": lambda: f"in [{_fmt(self.a)}, {_fmt(self.b)}]",
             "at_least": lambda: f"≥ {_fmt(self.a)}",
             "at_most": lambda: f"≤ {_fmt(self.a)}",
@@ -119,9 +120,8 @@ class Ledger:
                         f"<td>{html.escape(_fmt(c.measured))}</td><td>{html.escape(c.expected)}</td></tr>")
         n_ok = sum(c.passed for c in self.claims)
         return (f"<table><caption style='text-align:left'><b>Claims ledger — {html.escape(self.lesson)}</b>: "
-                f"{n_ok}/{len(self.claims)} hold</caption>"
-                "<thead><tr><th></th><th style='text-align:left'>claim</th><th>measured</th><th>expected</th></tr>"
-                f"</thead><tbody>{''.join(rows)}</tbody></table>")
+                f"{n_ok}/{len(self.claims)} hold</caption><thead><tr><th></th><th "
+                f"style='text-align:left'>claim</th><th>measured</th><th>expected</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
     def to_text(self) -> str:
         lines = [f"Claims ledger — {self.lesson}"]

@@ -49,3 +49,9 @@ def check_choice(name: str, value, choices) -> None:
     """Raise ValueError naming `name` unless value is one of `choices`."""
     if value not in choices:
         raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+
+
+def as_config(settings, *drop: str, **extra) -> dict:
+    """Settings as a plain dict (for ranks of a launch, which take JSON), without the profile name and `drop`."""
+    cfg = {k: v for k, v in dataclasses.asdict(settings).items() if k not in ("profile", *drop)}
+    return dict(cfg, **extra)

@@ -202,7 +202,8 @@ class Exercise:
         check, reveal = W.Button(description="Check"), W.Button(description="Show solution")
         check.on_click(self.on_check)
         reveal.on_click(self.on_reveal)
-        display(W.VBox([W.HTML(_md_to_html(header)), W.HBox(list(self.inputs.values()), layout=W.Layout(flex_flow="row wrap")),
+        inputs = W.HBox(list(self.inputs.values()), layout=W.Layout(flex_flow="row wrap"))
+        display(W.VBox([W.HTML(_md_to_html(header)), inputs,
                         W.HBox([check, reveal]), self.result, self.revealed]))
 
 

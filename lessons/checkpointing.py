@@ -135,9 +135,11 @@ def _policy_traces(fig, results: dict, xs, row=None, col=None, legend=True):
         x = [a for a, _ in pts]
         kw = dict(row=row, col=col) if row else {}
         name = "every √L blocks" if p == "every_k" else p
-        fig.add_trace(go.Scatter(x=x, y=[r["predicted"] / MiB for _, r in pts], mode="lines", name=f"{name} (predicted)",
+        fig.add_trace(go.Scatter(x=x, y=[r["predicted"] / MiB for _, r in pts], mode="lines",
+                                 name=f"{name} (predicted)",
                                  line=dict(color=plots.color(i), dash="dot"), legendgroup=p, showlegend=legend), **kw)
-        fig.add_trace(go.Scatter(x=x, y=[r["measured"] / MiB for _, r in pts], mode="markers", name=f"{name} (measured)",
+        fig.add_trace(go.Scatter(x=x, y=[r["measured"] / MiB for _, r in pts], mode="markers",
+                                 name=f"{name} (measured)",
                                  marker=dict(color=plots.color(i), size=8), legendgroup=p, showlegend=legend), **kw)
 
 
@@ -231,7 +233,8 @@ def overhead_figure(times: dict[str, list[float]]) -> go.Figure:
     names = list(ov)
     fig = go.Figure(go.Bar(x=names, y=[ov[n]["ratio"] for n in names], marker_color=plots.color(0),
                            texttemplate="%{y:.2f}×",
-                           error_y=dict(type="data", symmetric=False, array=[ov[n]["hi"] - ov[n]["ratio"] for n in names],
+                           error_y=dict(type="data", symmetric=False,
+                                        array=[ov[n]["hi"] - ov[n]["ratio"] for n in names],
                                         arrayminus=[ov[n]["ratio"] - ov[n]["lo"] for n in names])))
     fig.add_hline(y=4 / 3, line=dict(color="gray", dash="dot"), annotation_text="one extra forward ≈ 1.33×")
     plots._layout(fig, "Forward + backward time ÷ no checkpointing (median; bars: min–max over rounds)", "",
@@ -278,7 +281,8 @@ def korthikanti_table(S: Settings) -> go.Figure:
     ours16 = activation_bytes(1, C, a, VOCAB, T, B, bytes_per_element=2)["blocks"]
     theirs = korthikanti_bytes_per_layer(T, B, C, a)
     rows = [
-        ("Korthikanti et al. 2022, eq. 1 (fp16, dropout, s×s scores kept)", f"{theirs / sbh:.1f}", f"{theirs / MiB:.2f}"),
+        ("Korthikanti et al. 2022, eq. 1 (fp16, dropout, s×s scores kept)", f"{theirs / sbh:.1f}",
+         f"{theirs / MiB:.2f}"),
         ("… without the 5as/h attention-score term", "34.0", f"{34 * sbh / MiB:.2f}"),
         ("our block in fp16 (fused attention, no dropout), predicted", f"{ours16 / sbh:.2f}", f"{ours16 / MiB:.2f}"),
     ]
@@ -291,8 +295,8 @@ def depth_summary(S: Settings, depth: dict) -> str:
     s_none, s_block = slope(depth, "none"), slope(depth, "block")
     ratios = ", ".join(f"{ratio_at(depth, L):.1f}× at L = {L}" for L in (8, 16) if ("none", 1, L) in depth)
     return (f"Without checkpointing each layer adds {s_none / MiB:.2f} MiB ({s_none / E:.2f} × the block's input "
-            f"tensor); checkpointing every block, {s_block / MiB:.3f} MiB ({s_block / E:.2f} × the input): the "
-            f"memory still grows with depth, by exactly the input each block keeps. \"O(1) memory when every layer is "
+            f"tensor); checkpointing every block, {s_block / MiB:.3f} MiB ({s_block / E:.2f} × the input): the memory "
+            "still grows with depth, by exactly the input each block keeps. \"O(1) memory when every layer is "
             f"checkpointed\" is not what happens: it is O(L) with a {s_none / s_block:.0f}× smaller slope. Memory "
             f"saved by per-block checkpointing: {ratios}. Predicted and measured differ by at most "
             f"{worst_prediction_error(depth):.2%} over the sweep.")

@@ -7,7 +7,7 @@ rest runs in the notebook. Experiments for notebooks/07_data_parallel.ipynb.
 import statistics
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import ipywidgets as W
 import plotly.graph_objects as go
@@ -22,7 +22,7 @@ from labtools.dist import device, launch, rank, report_progress, world_size
 from labtools.dist.comm import DDPCommCounter, ring_all_reduce, ring_bytes
 from labtools.model import GPT, GPTConfig
 from labtools.optim import param_groups
-from labtools.profiles import check_range, resolve
+from labtools.profiles import as_config, check_range, resolve
 from labtools.widgets import Panel, RunCache
 
 
@@ -49,7 +49,8 @@ class Settings:
 
 
 PROFILES = {
-    "smoke": Settings("smoke", n_layer=2, n_embd=64, block_size=64, batch_size=8, steps=15, accum_k=4, world_sizes=(2, 4)),
+    "smoke": Settings("smoke", n_layer=2, n_embd=64, block_size=64, batch_size=8, steps=15, accum_k=4,
+                      world_sizes=(2, 4)),
     "cpu": Settings("cpu", n_layer=2, n_embd=64, block_size=64, batch_size=8, steps=60, accum_k=4, world_sizes=(2, 4)),
     "gpu": Settings("gpu", n_layer=6, n_embd=384, block_size=256, batch_size=16, steps=200, accum_k=4,
                     world_sizes=(2, 4)),
@@ -119,7 +120,8 @@ def equivalence(cfg: dict) -> dict:
     sent = ring_all_reduce(ring)
     torch_sum = local.clone()
     dist.all_reduce(torch_sum)
-    out = {"naive_max_diff": naive_diff, "ddp_max_diff": ddp_diff, "ring_max_diff": (ring - torch_sum).abs().max().item(),
+    out = {"naive_max_diff": naive_diff, "ddp_max_diff": ddp_diff,
+           "ring_max_diff": (ring - torch_sum).abs().max().item(),
            "ring_bytes_sent": sent, "ring_bytes_formula": ring_bytes(local.numel() * local.element_size(), N),
            "grad_bytes": grad_bytes, "ddp_allreduce_bytes": counter.bytes, "ddp_buckets": counter.calls}
     out.update(_train_pair(cfg, N, r, B))
@@ -241,19 +243,14 @@ def panel_run(cfg: dict) -> dict:
 
 # --- in the notebook ------------------------------------------------------------------------------------------
 
-def rank_config(S: Settings, **extra) -> dict:
-    cfg = asdict(S)
-    cfg.pop("profile")
-    cfg.pop("world_sizes")
-    return dict(cfg, **extra)
-
-
 def run_equivalence(S: Settings, world: int) -> list[dict]:
-    return launch("lessons.data_parallel:equivalence", world, rank_config(S), desc=f"equivalence × {world}")
+    return launch("lessons.data_parallel:equivalence", world, as_config(S, "world_sizes"),
+                  desc=f"equivalence × {world}")
 
 
 def run_accumulation(S: Settings, world: int = 2) -> list[dict]:
-    return launch("lessons.data_parallel:accumulation", world, rank_config(S, bucket_caps_mb=[0.01, 0.05, 25]),
+    return launch("lessons.data_parallel:accumulation", world,
+                  as_config(S, "world_sizes", bucket_caps_mb=[0.01, 0.05, 25]),
                   desc=f"accumulation × {world}")
 
 
@@ -286,7 +283,8 @@ def accumulation_figure(acc: list[dict], k: int) -> go.Figure:
     names = {"no_sync": "no_sync() on k−1", "sync_every_micro_batch": "no no_sync()", "no_sync_sum_bug": "loss not ÷ k"}
     fig = make_subplots(rows=1, cols=2, subplot_titles=(f"all-reduce calls per step (k = {k} micro-batches)",
                                                         "‖gradient‖ ÷ ‖one-process gradient‖"))
-    fig.add_trace(go.Bar(x=list(names.values()), y=[a[n]["allreduce_calls"] for n in names], marker_color=plots.color(0),
+    fig.add_trace(go.Bar(x=list(names.values()), y=[a[n]["allreduce_calls"] for n in names],
+                         marker_color=plots.color(0),
                          texttemplate="%{y}", showlegend=False), row=1, col=1)
     fig.add_trace(go.Bar(x=list(names.values()), y=[a[n]["norm_ratio"] for n in names], marker_color=plots.color(1),
                          texttemplate="%{y:.2f}", showlegend=False), row=1, col=2)
@@ -306,7 +304,8 @@ def ddp_panel(S: Settings, seed_result: tuple | None = None) -> tuple[Panel, Run
     """World size, accumulation and bucket size → a DDP run (a real launch, cached)."""
     def run(world, accum_k, bucket_cap_mb):
         res = launch("lessons.data_parallel:panel_run", world,
-                     rank_config(S, accum_k=accum_k, bucket_cap_mb=bucket_cap_mb, steps=max(5, S.steps // 2)),
+                     as_config(S, "world_sizes", accum_k=accum_k, bucket_cap_mb=bucket_cap_mb,
+                               steps=max(5, S.steps // 2)),
                      desc=f"DDP × {world}, k={accum_k}")
         return res[0]
 
@@ -342,13 +341,15 @@ def equivalence_summary(results: dict[int, list[dict]]) -> str:
     parts = []
     for world, res in results.items():
         r0 = res[0]
-        parts.append(f"**{world} ranks** ({r0['dist']['backend']} on {r0['dist']['device']}): gradients match one process "
-                     f"to {max(r['ddp_max_diff'] for r in res):.1e} (DDP) and {max(r['naive_max_diff'] for r in res):.1e} "
-                     f"(naive); each rank sent {r0['ring_bytes_sent']:,} bytes in the ring all-reduce of "
-                     f"{r0['grad_bytes']:,} bytes of gradients — 2(N−1)/N × that = {r0['ring_bytes_formula']:,.0f}. "
-                     f"The loss curves differ by at most {max(abs(a - b) for a, b in zip(r0['ddp_losses'], r0['single_losses'])):.1e}: "
-                     "the all-reduce adds the same numbers in another order, and AdamW amplifies last-bit differences "
-                     "over many steps, as lesson 03 saw.")
+        parts.append(f"**{world} ranks** ({r0['dist']['backend']} on {r0['dist']['device']}): gradients match one "
+                     "process "
+                     f"to {max(r['ddp_max_diff'] for r in res):.1e} (DDP) and "
+                     f"{max(r['naive_max_diff'] for r in res):.1e} (naive); each rank sent {r0['ring_bytes_sent']:,} "
+                     f"bytes in the ring all-reduce of {r0['grad_bytes']:,} bytes of gradients — 2(N−1)/N × that = "
+                     f"{r0['ring_bytes_formula']:,.0f}. The loss curves differ by at most "
+                     f"{max(abs(a - b) for a, b in zip(r0['ddp_losses'], r0['single_losses'])):.1e}: the all-reduce "
+                     "adds the same numbers in another order, and AdamW amplifies last-bit differences over many "
+                     "steps, as lesson 03 saw.")
     return " ".join(parts)
 
 
@@ -356,9 +357,10 @@ def accumulation_summary(acc: list[dict], k: int) -> str:
     a = acc[0]
     b = a["buckets"]
     return (f"With `no_sync()` on the first {k - 1} micro-batches DDP all-reduced "
-            f"{a['no_sync']['allreduce_calls']} bucket(s) per step; without it, {a['sync_every_micro_batch']['allreduce_calls']} "
-            f"— the same gradients (max |Δ| {a['sync_every_micro_batch']['max_diff']:.1e}), {k}× the communication. "
-            f"Forgetting to divide each micro-batch's loss by k gives gradients {a['no_sync_sum_bug']['norm_ratio']:.2f}× "
+            f"{a['no_sync']['allreduce_calls']} bucket(s) per step; without it, "
+            f"{a['sync_every_micro_batch']['allreduce_calls']} — the same gradients (max |Δ| "
+            f"{a['sync_every_micro_batch']['max_diff']:.1e}), {k}× the communication. Forgetting to divide each "
+            f"micro-batch's loss by k gives gradients {a['no_sync_sum_bug']['norm_ratio']:.2f}× "
             f"too large. Buckets per step: " + ", ".join(f"{v['buckets']} at {c} MB" for c, v in b.items()) +
             ": DDP groups gradients into buckets of up to bucket_cap_mb and starts each all-reduce as soon as its "
             "bucket is full, overlapping communication with the rest of backward.")
@@ -378,7 +380,8 @@ def claims(S: Settings, *, eq: dict[int, list[dict]], acc: list[dict]) -> Ledger
                    max(r["ring_max_diff"] for r in res), at_most(1e-5))
         r0 = res[0]
         ledger.add(f"ring_bytes_{world}", f"Each rank sends 2(N−1)/N × the gradient bytes in a ring all-reduce "
-                   f"(N = {world}; sent ÷ formula)", r0["ring_bytes_sent"] / r0["ring_bytes_formula"], approx(1.0, rel=0.01))
+                   f"(N = {world}; sent ÷ formula)", r0["ring_bytes_sent"] / r0["ring_bytes_formula"],
+                   approx(1.0, rel=0.01))
         ledger.add(f"backend_{world}", "The launch says which backend and devices it used",
                    all("backend" in r["dist"] and "device" in r["dist"] for r in res), is_true())
     a = acc[0]

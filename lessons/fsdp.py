@@ -6,7 +6,7 @@ Experiments for notebooks/08_fsdp_zero.ipynb.
 """
 
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import plotly.graph_objects as go
 import torch
@@ -25,7 +25,7 @@ from labtools.dist.comm import CollectiveCounter, DDPCommCounter
 from labtools.memory import estimate
 from labtools.model import GPT, GPTConfig
 from labtools.optim import AdamW
-from labtools.profiles import check_range, resolve
+from labtools.profiles import as_config, check_range, resolve
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,8 @@ def fsdp1(cfg: dict) -> dict:
             model = FSDP(_model(cfg), sharding_strategy=getattr(ShardingStrategy, name), device_id=device(),
                          auto_wrap_policy=ModuleWrapPolicy({Block}), use_orig_params=False)
             model(X, Y)[1].backward()
-            out[name] = {"params": _local_bytes(model.parameters()), "grads": _local_bytes(p.grad for p in model.parameters())}
+            out[name] = {"params": _local_bytes(model.parameters()),
+                         "grads": _local_bytes(p.grad for p in model.parameters())}
     return out
 
 
@@ -202,23 +203,16 @@ def equivalence(cfg: dict) -> dict:
 
 # --- in the notebook ---------------------------------------------------------------------------------------------
 
-def rank_config(S: Settings) -> dict:
-    cfg = asdict(S)
-    cfg.pop("profile")
-    cfg.pop("world_sizes")
-    return cfg
-
-
 def run_sharding(S: Settings, world: int) -> list[dict]:
-    return launch("lessons.fsdp:sharding", world, rank_config(S), desc=f"sharding × {world}")
+    return launch("lessons.fsdp:sharding", world, as_config(S, "world_sizes"), desc=f"sharding × {world}")
 
 
 def run_fsdp1(S: Settings, world: int = 2) -> list[dict]:
-    return launch("lessons.fsdp:fsdp1", world, rank_config(S), desc=f"FSDP1 × {world}")
+    return launch("lessons.fsdp:fsdp1", world, as_config(S, "world_sizes"), desc=f"FSDP1 × {world}")
 
 
 def run_equivalence(S: Settings, world: int = 2) -> list[dict]:
-    return launch("lessons.fsdp:equivalence", world, rank_config(S), desc=f"FSDP vs DDP × {world}")
+    return launch("lessons.fsdp:equivalence", world, as_config(S, "world_sizes"), desc=f"FSDP vs DDP × {world}")
 
 
 def predicted(n_params: int, strategy: str, world: int) -> dict:
@@ -235,7 +229,8 @@ def sharding_figure(results: dict[int, list[dict]]) -> go.Figure:
         r0 = results[w][0]
         names = [s.split(":")[0] if ":" in s else s for s in STRATEGIES]
         names = [f"{n}{' bf16' if 'bf16' in s else ''}" for n, s in zip(names, STRATEGIES)]
-        for i, (key, label) in enumerate((("params", "parameters at rest"), ("held_after_forward", "parameters held fwd→bwd"),
+        for i, (key, label) in enumerate((("params", "parameters at rest"),
+                                          ("held_after_forward", "parameters held fwd→bwd"),
                                           ("grads", "gradients"), ("optimizer", "optimizer state"))):
             fig.add_trace(go.Bar(x=names, y=[r0[s][key] / 2**10 for s in STRATEGIES], name=label,
                                  marker_color=plots.color(i), showlegend=col == 1), row=1, col=col)
@@ -287,7 +282,8 @@ def traffic_figure(results: dict[int, list[dict]]) -> go.Figure:
 def equivalence_figure(eq: list[dict]) -> go.Figure:
     r0 = eq[0]
     fig = go.Figure([go.Scatter(y=r0["DDP_losses"], mode="lines", name="DDP", line=dict(width=4), opacity=0.4),
-                     go.Scatter(y=r0["FSDP_losses"], mode="lines+markers", name="FSDP2 (ZeRO-3)", line=dict(dash="dot"))])
+                     go.Scatter(y=r0["FSDP_losses"], mode="lines+markers", name="FSDP2 (ZeRO-3)",
+                                line=dict(dash="dot"))])
     plots._layout(fig, "Training loss: FSDP vs DDP on the same data", "step", "loss")
     return fig
 
@@ -300,15 +296,16 @@ def sharding_summary(results: dict[int, list[dict]]) -> str:
         r0 = res[0]
         d, z3 = r0[STRATEGIES[0]], r0["ZeRO-3: fully_shard"]
         parts.append(f"With {w} ranks, rank 0 holds {z3['params'] / d['params']:.3f} of the parameters, "
-                     f"{z3['grads'] / d['grads']:.3f} of the gradients and {z3['optimizer'] / d['optimizer']:.3f} of the "
-                     f"optimizer state that DDP holds (1/N = {1 / w:.3f}).")
+                     f"{z3['grads'] / d['grads']:.3f} of the gradients and {z3['optimizer'] / d['optimizer']:.3f} of "
+                     f"the optimizer state that DDP holds (1/N = {1 / w:.3f}).")
     r0 = results[min(results)][0]
-    z2, z3, mp = r0["ZeRO-2: fully_shard, no reshard"], r0["ZeRO-3: fully_shard"], r0["ZeRO-3: fully_shard + bf16 params"]
+    z2, z3 = r0["ZeRO-2: fully_shard, no reshard"], r0["ZeRO-3: fully_shard"]
+    mp = r0["ZeRO-3: fully_shard + bf16 params"]
     parts.append(f"Between forward and backward, resharding keeps {z3['held_after_forward']:,} bytes of parameters, "
                  f"not resharding {z2['held_after_forward']:,} (the whole model, unsharded, until backward). With bf16 "
                  f"parameters the all-gathers carry {mp['input_bytes'].get('all_gather_single', 0):,} bytes instead of "
-                 f"{z3['input_bytes'].get('all_gather_single', 0):,}; the stored shards, gradients and optimizer state stay "
-                 f"fp32 ({mp['params']:,} bytes of parameters) and gradients are reduced in fp32.")
+                 f"{z3['input_bytes'].get('all_gather_single', 0):,}; the stored shards, gradients and optimizer state "
+                 f"stay fp32 ({mp['params']:,} bytes of parameters) and gradients are reduced in fp32.")
     return " ".join(parts)
 
 
@@ -319,12 +316,13 @@ def traffic_summary(results: dict[int, list[dict]]) -> str:
     z3, z2 = traffic(w, r0["ZeRO-3: fully_shard"]) / base, traffic(w, r0["ZeRO-2: fully_shard, no reshard"]) / base
     calls = r0["ZeRO-3: fully_shard"]["calls"]
     return (f"Per step, DDP all-reduces every gradient once: 2(N−1)/N · M bytes sent per rank. ZeRO-3 all-gathers the "
-            f"parameters in forward, again in backward (they were freed), and reduce-scatters the gradients — "
-            f"{calls.get('all_gather_single', 0)} all-gathers and {calls.get('reduce_scatter_single', 0)} reduce-scatters "
-            f"here, one per unit each time — for 3(N−1)/N · M: measured {z3:.2f}× DDP. Not resharding saves the "
-            f"backward all-gather: {z2:.2f}×. PyTorch's ZeRO-1 (ZeroRedundancyOptimizer) keeps DDP's all-reduce and adds "
-            f"a broadcast of each updated partition from its owner: {traffic(w, r0[STRATEGIES[1]]) / base:.2f}× (the ZeRO "
-            "paper's own stage 1 reduce-scatters instead, for 1×).")
+            "parameters in forward, again in backward (they were freed), and reduce-scatters the gradients — "
+            f"{calls.get('all_gather_single', 0)} all-gathers and {calls.get('reduce_scatter_single', 0)} "
+            f"reduce-scatters here, one per unit each time — for 3(N−1)/N · M: measured {z3:.2f}× DDP. Not resharding "
+            f"saves the backward all-gather: {z2:.2f}×. PyTorch's ZeRO-1 (ZeroRedundancyOptimizer) keeps DDP's "
+            "all-reduce and adds a broadcast of each updated partition from its owner: "
+            f"{traffic(w, r0[STRATEGIES[1]]) / base:.2f}× (the ZeRO paper's own stage 1 reduce-scatters instead, for "
+            "1×).")
 
 
 def claims(S: Settings, *, shard: dict[int, list[dict]], fsdp1: list[dict], eq: list[dict]) -> Ledger:
@@ -368,7 +366,8 @@ def claims(S: Settings, *, shard: dict[int, list[dict]], fsdp1: list[dict], eq: 
                mp["input_bytes"]["all_gather_single"] / rw["ZeRO-3: fully_shard"]["input_bytes"]["all_gather_single"],
                approx(0.5, abs=1e-9))
     ledger.add("mp_reduce_fp32", "… while gradients are still reduced in fp32 (reduce-scatter bytes unchanged)",
-               mp["input_bytes"]["reduce_scatter_single"] == rw["ZeRO-3: fully_shard"]["input_bytes"]["reduce_scatter_single"],
+               mp["input_bytes"]["reduce_scatter_single"]
+               == rw["ZeRO-3: fully_shard"]["input_bytes"]["reduce_scatter_single"],
                is_true())
     f1 = fsdp1[0]
     ledger.add("fsdp1_full", "FSDP1 FULL_SHARD and SHARD_GRAD_OP hold 1/N of the parameters at rest, NO_SHARD all "
@@ -377,7 +376,8 @@ def claims(S: Settings, *, shard: dict[int, list[dict]], fsdp1: list[dict], eq: 
     ledger.add("fsdp_grads", "FSDP's first-step gradients equal one process on the whole batch (max |Δ|)",
                eq[0]["FSDP_grad_max_diff"], at_most(1e-6))
     curve = max(abs(a - b) for a, b in zip(eq[0]["FSDP_losses"], eq[0]["DDP_losses"]))
-    ledger.add("fsdp_curve", f"FSDP and DDP loss curves agree over {S.steps} steps (max |Δ loss|)", curve, at_most(0.01))
+    ledger.add("fsdp_curve", f"FSDP and DDP loss curves agree over {S.steps} steps (max |Δ loss|)", curve,
+               at_most(0.01))
     ledger.note("traffic_x_ddp", {s: traffic(w, rw[s]) / base for s in STRATEGIES})
     ledger.note("fsdp1_rank0", f1)
     return ledger

@@ -3,7 +3,6 @@
 Experiments for notebooks/06_memory_budget.ipynb. Per-profile settings live in PROFILES.
 """
 
-import math
 from dataclasses import dataclass
 
 import ipywidgets as W
@@ -35,7 +34,8 @@ class Settings:
 
 
 PROFILES = {
-    "smoke": Settings("smoke", validation_shapes=((2, 64, 4, 96, 32, 4), (4, 32, 2, 96, 64, 2), (3, 128, 8, 96, 16, 8))),
+    "smoke": Settings("smoke", validation_shapes=((2, 64, 4, 96, 32, 4), (4, 32, 2, 96, 64, 2),
+                                                  (3, 128, 8, 96, 16, 8))),
     "cpu": Settings("cpu", validation_shapes=((2, 64, 4, 96, 64, 8), (4, 128, 4, 96, 128, 8), (8, 128, 8, 96, 256, 4),
                                               (6, 256, 8, 96, 128, 4))),
     "gpu": Settings("gpu", validation_shapes=((4, 256, 8, 96, 256, 8), (12, 768, 12, 50257, 1024, 4),
@@ -88,7 +88,8 @@ def budget_figure(preset, precision, optimizer, zero_stage, dp, tp, pp, offload,
                offload=None if offload == "none" else offload, micro_batch=micro_batch, seq=seq, checkpoint=checkpoint)
     fig = go.Figure()
     for i, part in enumerate(PART_ORDER):
-        fig.add_trace(go.Bar(x=["per GPU", "host (offloaded)"], y=[b.parts.get(part, 0) / GB, b.cpu_parts.get(part, 0) / GB],
+        fig.add_trace(go.Bar(x=["per GPU", "host (offloaded)"],
+                             y=[b.parts.get(part, 0) / GB, b.cpu_parts.get(part, 0) / GB],
                              name=part, marker_color=plots.color(i),
                              texttemplate="%{y:.3g}", textposition="inside"))
     fits = b.total <= gpu_gb * GB
@@ -282,16 +283,16 @@ def exercises() -> list[Exercise]:
         Exercise("ZeRO for 7B on 4 GPUs", "bf16 mixed precision with AdamW (16 bytes/param unsharded). What does one "
                  "GPU hold, in GB, for model states under ZeRO stages 0, 1, 2 and 3 with dp = 4?",
                  {f"z{s}": f"stage {s}" for s in range(4)}, check_all(z),
-                 "Stage 0: 2 + 2 + 12 = 16 B/param → **112 GB**. Stage 1 shards the 12 bytes of fp32 master + "
-                 f"Adam state: 2 + 2 + 12/4 = 7 → **{z['z1']:.1f} GB**. Stage 2 also the gradients: 2 + 14/4 = 5.5 → "
+                 "Stage 0: 2 + 2 + 12 = 16 B/param → **112 GB**. Stage 1 shards the 12 bytes of fp32 master + Adam "
+                 f"state: 2 + 2 + 12/4 = 7 → **{z['z1']:.1f} GB**. Stage 2 also the gradients: 2 + 14/4 = 5.5 → "
                  f"**{z['z2']:.1f} GB**. Stage 3 everything: 16/4 = 4 → **{z['z3']:.1f} GB**."),
         Exercise("A 70B all-reduce", "Data parallelism over 256 GPUs, bf16 gradients, a ring all-reduce over a "
-                 "100 Gb/s link per GPU with α = 10 µs per step. How many GB does each GPU send, and how many "
-                 "seconds does the all-reduce take (time = 2(N−1)·α + volume / bandwidth)?",
+                 "100 Gb/s link per GPU with α = 10 µs per step. How many GB does each GPU send, and how many seconds "
+                 "does the all-reduce take (time = 2(N−1)·α + volume / bandwidth)?",
                  {"volume_gb": "GB sent per GPU", "seconds": "seconds"}, check_all(ar),
-                 f"M = 70e9 × 2 B = 140 GB. Ring all-reduce sends 2(N−1)/N · M = 2 · 255/256 · 140 = "
-                 f"**{ar['volume_gb']:.1f} GB** per GPU. At 100 Gb/s = 12.5 GB/s that is {ar['volume_gb'] / 12.5:.2f} s, "
-                 f"plus 2 · 255 · 10 µs = 5.1 ms of latency: **{ar['seconds']:.2f} s** — every step, unless "
+                 "M = 70e9 × 2 B = 140 GB. Ring all-reduce sends 2(N−1)/N · M = 2 · 255/256 · 140 = "
+                 f"**{ar['volume_gb']:.1f} GB** per GPU. At 100 Gb/s = 12.5 GB/s that is {ar['volume_gb'] / 12.5:.2f} "
+                 f"s, plus 2 · 255 · 10 µs = 5.1 ms of latency: **{ar['seconds']:.2f} s** — every step, unless "
                  "overlapped with backward or sharded (lesson 08)."),
         Exercise("Pipeline efficiency", "A pipeline of P = 32 stages runs M micro-batches per step (GPipe or 1F1B). "
                  "What fraction of the time is useful work, 1 − (P−1)/(M+P−1), for M = 8, 16, 32 and 64?",
@@ -313,28 +314,33 @@ def exercises() -> list[Exercise]:
 def claims(S: Settings, *, states: list[dict], acts: list[dict], redraw_ms: float) -> Ledger:
     ledger = Ledger("06_memory_budget")
     b7 = table_7b()[1]
-    ledger.add("7b_fp32", "7B, fp32 + Adam: 16 bytes/param = 112 GB", b7["fp32 + Adam"].total / GB, approx(112, abs=1e-9),
+    ledger.add("7b_fp32", "7B, fp32 + Adam: 16 bytes/param = 112 GB", b7["fp32 + Adam"].total / GB,
+               approx(112, abs=1e-9),
                source="seeds")
     ledger.add("7b_mixed", "7B, bf16 mixed + AdamW: also 16 bytes/param = 112 GB (mixed precision saves activations "
-               "and time, not model states)", b7["bf16 mixed + AdamW"].total / GB, approx(112, abs=1e-9), source="seeds")
+               "and time, not model states)", b7["bf16 mixed + AdamW"].total / GB, approx(112, abs=1e-9),
+               source="seeds")
     b70 = table_70b()[1]
-    ledger.add("70b_fsdp", "70B, FULL_SHARD on 8 GPUs: 140 GB per GPU of model states", b70["FSDP FULL_SHARD on 8 GPUs"].total / GB,
+    fsdp70 = b70["FSDP FULL_SHARD on 8 GPUs"].total
+    ledger.add("70b_fsdp", "70B, FULL_SHARD on 8 GPUs: 140 GB per GPU of model states", fsdp70 / GB,
                approx(140, abs=1e-9), source="seeds")
     ledger.add("70b_ddp", "70B, DDP on 8 GPUs: every GPU holds all 1120 GB", b70["DDP on 8 GPUs"].total / GB,
                approx(1120, abs=1e-9))
-    ledger.add("70b_fits", "… and even sharded, 140 GB does not fit an 80 GB GPU", b70["FSDP FULL_SHARD on 8 GPUs"].total > 80 * GB,
+    ledger.add("70b_fits", "… and even sharded, 140 GB does not fit an 80 GB GPU", fsdp70 > 80 * GB,
                is_true(), source="seeds state 140 GB/GPU without saying this")
     zero = table_zero()[1]
     for z, want in zip(range(4), (120.0, 31.4, 16.6, 1.9)):
         ledger.add(f"zero_{z}", f"ZeRO paper, Ψ = 7.5B, N = 64: stage {z} = {want} GB per GPU",
-                   round(zero[f"ZeRO-{z}"].total / GB, 1), approx(want, abs=1e-9), source="Rajbhandari et al. 2020, Fig. 1")
+                   round(zero[f"ZeRO-{z}"].total / GB, 1), approx(want, abs=1e-9),
+                   source="Rajbhandari et al. 2020, Fig. 1")
     r8 = zero_reductions(8)
     ledger.add("zero_4x_at_8", "'ZeRO-1 gives 4×' is the N → ∞ limit: at N = 8 it is 16/(4 + 12/8)",
                r8[0], approx(16 / 5.5, rel=1e-9), source="seeds: 4× / 8× / N×")
     ledger.add("zero_limits", "… and stages 1 and 2 approach 4× and 8× as N grows (N = 4096)",
                max(abs(zero_reductions(4096)[0] - 4) / 4, abs(zero_reductions(4096)[1] - 8) / 8), at_most(0.01))
     conv = [estimate(10**9, grads=g).bytes_per_param() for g in ("param", "fp32", "param+fp32")]
-    ledger.add("conventions", "16 / 18 / 20 bytes per parameter are three gradient conventions of the same mixed-precision "
+    ledger.add("conventions", "16 / 18 / 20 bytes per parameter are three gradient conventions of the same "
+               "mixed-precision "
                "Adam", conv == [16, 18, 20], is_true(), source="seeds disagree")
     ledger.add("gib", "112 GB is 104.3 GiB (some tables mix the two)", 112e9 / 2**30, approx(104.3, abs=0.05))
     exact = all(r["measured"] == r["predicted"] for r in states)

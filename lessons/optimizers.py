@@ -12,7 +12,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from labtools import data, plots
-from labtools.claims import Ledger, approx, at_least, at_most, is_true
+from labtools.claims import Ledger, approx, at_least, at_most
 from labtools.device import pick_device
 from labtools.model import GPT, GPTConfig
 from labtools.optim import SGD, Adafactor, Adam, AdamL2, AdamW, Lion, max_divergence, state_bytes
@@ -87,7 +87,8 @@ def parity() -> dict[str, float]:
     """max |θ_ours − θ_torch| after 25 steps on random parameters and gradients, per optimizer."""
     kw = dict(lr=3e-3, betas=(0.9, 0.95), eps=1e-8)
     pairs = {
-        "SGD + momentum": (lambda p: SGD(p, lr=0.05, momentum=0.9), lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)),
+        "SGD + momentum": (lambda p: SGD(p, lr=0.05, momentum=0.9),
+                           lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)),
         "Adam": (lambda p: Adam(p, **kw), lambda p: torch.optim.Adam(p, **kw)),
         "AdamL2 vs Adam(weight_decay)": (lambda p: AdamL2(p, weight_decay=0.1, **kw),
                                          lambda p: torch.optim.Adam(p, weight_decay=0.1, **kw)),
@@ -311,7 +312,8 @@ def landscape_figure(S: Settings, runs: dict[tuple, History]) -> go.Figure:
         fig.update_xaxes(title_text="weight decay λ", row=1, col=col)
     fig.update_yaxes(title_text="learning rate", row=1, col=1)
     fig.update_layout(template=plots.TEMPLATE, height=420, margin=dict(l=60, r=20, t=50, b=50),
-                      title=f"Final validation loss after {S.grid_steps} steps (red square: each optimizer's best cell)")
+                      title=f"Final validation loss after {S.grid_steps} steps "
+                            "(red square: each optimizer's best cell)")
     return fig
 
 
@@ -472,10 +474,10 @@ def beta2_figure(natural: dict[float, History], surged: dict[float, History], st
 def toy_summary(rates: dict[str, np.ndarray]) -> str:
     l2, w = rates["AdamL2"], rates["AdamW"]
     return (f"Measured: AdamW's decay is {w.min():.5g}–{w.max():.5g} per step at every noise level (lr·λ = "
-            f"{TOY_LR * TOY_WD:g}). Adam + L2's falls from {l2[0]:.3g} at σ = {TOY_SIGMAS[0]:g} to {l2[-1]:.3g} at "
-            f"σ = {TOY_SIGMAS[-1]:g}, a factor {l2[0] / l2[-1]:.0f}. At small σ the decay term dominates the gradient, "
-            "so Adam normalises it to a fixed step of ≈ lr: the weight falls by lr per step rather than by a "
-            "fraction, which is why the smallest-σ points sit above the exponential prediction.")
+            f"{TOY_LR * TOY_WD:g}). Adam + L2's falls from {l2[0]:.3g} at σ = {TOY_SIGMAS[0]:g} to {l2[-1]:.3g} at σ = "
+            f"{TOY_SIGMAS[-1]:g}, a factor {l2[0] / l2[-1]:.0f}. At small σ the decay term dominates the gradient, so "
+            "Adam normalises it to a fixed step of ≈ lr: the weight falls by lr per step rather than by a fraction, "
+            "which is why the smallest-σ points sit above the exponential prediction.")
 
 
 def groups_summary(S: Settings, runs: dict[str, History]) -> str:
@@ -483,11 +485,11 @@ def groups_summary(S: Settings, runs: dict[str, History]) -> str:
     order = sorted(amp, key=amp.get)
     parts = ", ".join(f"{r} {amp[r]:.0f}×" for r in order)
     return (f"At the end of training, Adam + L2's decay per group was A times AdamW's: {parts}. With the same "
-            f"λ = {S.weight_decay:g}, it shrank the weights far more (MLP ‖θ‖ {runs['AdamL2'].extra['norm/mlp'][-1]:.2f} "
-            f"vs {runs['AdamW'].extra['norm/mlp'][-1]:.2f} under AdamW) and reached val loss "
-            f"{runs['AdamL2'].final_val_loss:.3f} vs AdamW's {runs['AdamW'].final_val_loss:.3f}. The group with the "
-            f"largest gradient history ({order[0]}) was decayed least and {order[-1]} most: one λ, very different "
-            "regularisation per group.")
+            f"λ = {S.weight_decay:g}, it shrank the weights far more (MLP ‖θ‖ "
+            f"{runs['AdamL2'].extra['norm/mlp'][-1]:.2f} vs {runs['AdamW'].extra['norm/mlp'][-1]:.2f} under AdamW) and "
+            f"reached val loss {runs['AdamL2'].final_val_loss:.3f} vs AdamW's {runs['AdamW'].final_val_loss:.3f}. The "
+            f"group with the largest gradient history ({order[0]}) was decayed least and {order[-1]} most: one λ, very "
+            "different regularisation per group.")
 
 
 def landscape_summary(S: Settings, grid: dict[tuple, History]) -> str:
@@ -501,21 +503,21 @@ def landscape_summary(S: Settings, grid: dict[tuple, History]) -> str:
                f"Weight decay helped: the best λ beat the smallest by {gain['AdamW']:.3f} nats for AdamW and "
                f"{gain['AdamL2']:.3f} for Adam + L2.")
     return (f"Best cells: Adam + L2 at lr = {b['AdamL2'][0]:g}, λ = {b['AdamL2'][1]:g} (val {b['AdamL2'][2]:.3f}); "
-            f"AdamW at lr = {b['AdamW'][0]:g}, λ = {b['AdamW'][1]:g} (val {b['AdamW'][2]:.3f}). At its best lr, moving λ "
-            f"across the grid changes AdamW's val loss by {spread['AdamW']:.3f} and Adam + L2's by "
-            f"{spread['AdamL2']:.3f}. {verdict} Note that torch's AdamW multiplies λ by the learning rate "
-            "(θ ← θ(1 − lr·λ)), so its lines of equal decay are diagonals of this grid; Loshchilov & Hutter's "
-            "decoupling is from the gradient's scale, not from the lr.")
+            f"AdamW at lr = {b['AdamW'][0]:g}, λ = {b['AdamW'][1]:g} (val {b['AdamW'][2]:.3f}). At its best lr, moving "
+            f"λ across the grid changes AdamW's val loss by {spread['AdamW']:.3f} and Adam + L2's by "
+            f"{spread['AdamL2']:.3f}. {verdict} Note that torch's AdamW multiplies λ by the learning rate (θ ← θ(1 − "
+            "lr·λ)), so its lines of equal decay are diagonals of this grid; Loshchilov & Hutter's decoupling is from "
+            "the gradient's scale, not from the lr.")
 
 
 def memory_summary(table: dict[str, dict]) -> str:
     a = table["Adafactor"]
     return (f"Every measured value matches the seeds' table except Adafactor: {a['ours']:.3f} bytes/param here "
-            f"(torch.optim.Adafactor: {a['torch']:.3f}), not ≈ 4. Without momentum, Adafactor stores only a row "
-            "and a column factor per matrix (n + m numbers for n·m weights) and a full second moment only for "
-            "vectors (biases, norms). The seeds' ≈ 4 fits Adafactor *with* a first moment (β1 > 0), which costs "
-            "the full 4 bytes/param again. torch's Adam and AdamW come out a hair above 8 because they keep the "
-            "step count as a one-element tensor per parameter tensor.")
+            f"(torch.optim.Adafactor: {a['torch']:.3f}), not ≈ 4. Without momentum, Adafactor stores only a row and a "
+            "column factor per matrix (n + m numbers for n·m weights) and a full second moment only for vectors "
+            "(biases, norms). The seeds' ≈ 4 fits Adafactor *with* a first moment (β1 > 0), which costs the full 4 "
+            "bytes/param again. torch's Adam and AdamW come out a hair above 8 because they keep the step count as a "
+            "one-element tensor per parameter tensor.")
 
 
 def beta2_summary(S: Settings, natural: dict[float, History], surged: dict[float, History]) -> str:
@@ -523,17 +525,18 @@ def beta2_summary(S: Settings, natural: dict[float, History], surged: dict[float
     st = {b: surge_stats(surged[b], S.beta2_steps) for b in BETA2S}
     return (f"At lr = {S.beta2_lr:g} with no surge, the two settings behaved alike at this scale: "
             f"{n[0.999]['jumps']} vs {n[0.95]['jumps']} step-to-step loss jumps above 0.3 nats (β2 = 0.999 vs 0.95), "
-            f"final val {n[0.999]['final_val']:.3f} vs {n[0.95]['final_val']:.3f} — the instability larger models "
-            f"show did not appear. After the ×{S.surge_factor:g} gradient surge, β2 = 0.999's update RMS rose "
-            f"{st[0.999]['overshoot']:.1f}× (from {st[0.999]['update_before']:.2f} to {st[0.999]['update_max_after']:.2f}) "
-            f"and β2 = 0.95's {st[0.95]['overshoot']:.1f}×; validation loss rose by {st[0.999]['val_rise']:.3f} vs "
-            f"{st[0.95]['val_rise']:.3f}. A slow v̂ lags behind a gradient that suddenly grows, so m̂/√v̂ overshoots "
-            "until v̂ catches up (≈ 1/(1 − β2) steps).")
+            f"final val {n[0.999]['final_val']:.3f} vs {n[0.95]['final_val']:.3f} — the instability larger models show "
+            f"did not appear. After the ×{S.surge_factor:g} gradient surge, β2 = 0.999's update RMS rose "
+            f"{st[0.999]['overshoot']:.1f}× (from {st[0.999]['update_before']:.2f} to "
+            f"{st[0.999]['update_max_after']:.2f}) and β2 = 0.95's {st[0.95]['overshoot']:.1f}×; validation loss rose "
+            f"by {st[0.999]['val_rise']:.3f} vs {st[0.95]['val_rise']:.3f}. A slow v̂ lags behind a gradient that "
+            "suddenly grows, so m̂/√v̂ overshoots until v̂ catches up (≈ 1/(1 − β2) steps).")
 
 
 # --- claims --------------------------------------------------------------------------------------
 
-def claims(S: Settings, *, parity_diffs: dict[str, float], rates: dict[str, np.ndarray], runs: dict[str, History], grid: dict[tuple, History],
+def claims(S: Settings, *, parity_diffs: dict[str, float], rates: dict[str, np.ndarray], runs: dict[str, History],
+           grid: dict[tuple, History],
            memory: dict[str, dict], surged: dict[float, History], natural: dict[float, History]) -> Ledger:
     ledger = Ledger("01_adamw_vs_adam_l2")
     worst = max(parity_diffs.values())

@@ -185,8 +185,11 @@ def overflow_figure(sweep: dict[float, dict], k: float) -> go.Figure:
     fig = go.Figure(go.Bar(x=names, y=[r["fp32"]["acts"][n] for n in names], name="largest |activation| (fp32)",
                            marker_color=plots.color(0)))
     fig.add_hline(y=FORMATS["fp16"].max, line=dict(color="red", dash="dash"), annotation_text="fp16 max 65504")
-    verdict = " · ".join(f"{p}: loss {r[p]['loss']:.4g}" + (f" (first non-finite: {r[p]['first_nonfinite']})"
-                                                             if r[p]["first_nonfinite"] else "") for p in ("fp16", "bf16"))
+    def verdict_of(p):
+        first = r[p]["first_nonfinite"]
+        return f"{p}: loss {r[p]['loss']:.4g}" + (f" (first non-finite: {first})" if first else "")
+
+    verdict = " · ".join(verdict_of(p) for p in ("fp16", "bf16"))
     plots._layout(fig, f"Residual stream × {k:.3g} — {verdict}", "", "largest |value|")
     fig.update_yaxes(type="log")
     fig.update_xaxes(tickangle=45)
@@ -437,9 +440,8 @@ def overflow_summary(sweep: dict[float, dict]) -> str:
     first = next((sweep[k]["fp16"]["first_nonfinite"] for k in OVERFLOW_SCALES if sweep[k]["fp16"]["first_nonfinite"]),
                  None)
     return (f"The largest token-embedding value is {sweep[1.0]['fp32']['acts']['transformer.wte']:.3g}, so fp16 should "
-            f"give up near "
-            f"k ≈ {predicted:.3g}; on the grid, fp16's loss is first non-finite at k = {observed:.3g}"
-            f"{f', starting in `{first}`' if first else ''}. bf16 stayed finite at every k "
+            f"give up near k ≈ {predicted:.3g}; on the grid, fp16's loss is first non-finite at k = "
+            f"{observed:.3g}{f', starting in `{first}`' if first else ''}. bf16 stayed finite at every k "
             f"({'yes' if bf16_ok else 'no'}): its exponent is fp32's, so its largest number is 3.4 × 10³⁸, not 65504.")
 
 
@@ -448,9 +450,9 @@ def scaling_summary(S: Settings, runs: dict[str, History]) -> str:
     f = {n: h.final_val_loss for n, h in runs.items()}
     dyn = runs["fp16, dynamic"]
     return (f"Final val loss: {', '.join(f'{n} {v:.3f}' for n, v in f.items())}. Without a scaler every fp16 gradient "
-            f"was flushed to zero and nothing was learned. A static 2^{k} undoes the 2^-{k} exactly; a static 2^{k + 24} "
-            f"overflowed on {sum(runs[f'fp16, static 2^{k + 24}'].skipped)} of {S.scaling_steps} steps, all skipped. The "
-            f"dynamic scaler started at 2^16, grew every {S.growth_interval} clean steps, backed off "
+            f"was flushed to zero and nothing was learned. A static 2^{k} undoes the 2^-{k} exactly; a static "
+            f"2^{k + 24} overflowed on {sum(runs[f'fp16, static 2^{k + 24}'].skipped)} of {S.scaling_steps} steps, all "
+            f"skipped. The dynamic scaler started at 2^16, grew every {S.growth_interval} clean steps, backed off "
             f"{sum(dyn.skipped)} times, and ended at 2^{math.log2(dyn.loss_scale[-1]):.0f}.")
 
 
@@ -458,9 +460,9 @@ def master_summary(runs: dict[str, History]) -> str:
     st = master_stats(runs)
     a, b = st["fp32 master + bf16 compute"], st["pure bf16 weights"]
     return (f"In the last quarter of training, a step left {b['unchanged_late']:.0%} of the pure-bf16 weights exactly "
-            f"unchanged (LayerNorm gains: {b['ln_unchanged_late']:.0%}), against {a['unchanged_late']:.1%} with an fp32 "
-            f"master copy. Final val loss: {b['final_val']:.3f} pure bf16, {a['final_val']:.3f} with the master. A bf16 "
-            f"weight near 1.0 can only move in steps of 2⁻⁷; an Adam update of lr × (a fraction) at lr "
+            f"unchanged (LayerNorm gains: {b['ln_unchanged_late']:.0%}), against {a['unchanged_late']:.1%} with an "
+            f"fp32 master copy. Final val loss: {b['final_val']:.3f} pure bf16, {a['final_val']:.3f} with the master. "
+            "A bf16 weight near 1.0 can only move in steps of 2⁻⁷; an Adam update of lr × (a fraction) at lr "
             f"{runs['pure bf16 weights'].lr[-1]:.1e} rounds back to where it was.")
 
 
@@ -483,12 +485,14 @@ def claims(S: Settings, *, sweep: dict, grads: np.ndarray, scaling: dict[str, Hi
     for name, f in FORMATS.items():
         if f.dtype is not None:
             fi = torch.finfo(f.dtype)
-            ledger.add(f"finfo_{name}", f"{name}: largest, smallest normal and eps from the bit widths equal torch.finfo",
+            ledger.add(f"finfo_{name}", f"{name}: largest, smallest normal and eps from the bit widths equal "
+                       "torch.finfo",
                        (f.max, f.min_normal, f.eps) == (fi.max, fi.smallest_normal, fi.eps), is_true())
     for name, (largest, digits) in COMMONLY_QUOTED.items():
         ledger.add(f"quoted_{name}", f"{name}: the commonly quoted largest value {largest:g} (±1%)", FORMATS[name].max,
                    approx(largest, rel=0.01), source="common tables")
-    ledger.add("bf16_one", "1 + 2⁻⁹ is stored as exactly 1 in bf16", decompose(1 + 2**-9, "bf16").stored == 1.0, is_true())
+    ledger.add("bf16_one", "1 + 2⁻⁹ is stored as exactly 1 in bf16", decompose(1 + 2**-9, "bf16").stored == 1.0,
+               is_true())
     predicted, observed = overflow_threshold(sweep)
     ledger.add("fp16_overflow", "Residual stream scaled past 65504: fp16's loss is not finite at the largest k",
                not math.isfinite(sweep[OVERFLOW_SCALES[-1]]["fp16"]["loss"]), is_true())

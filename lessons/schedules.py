@@ -263,14 +263,16 @@ def budget_summary(S: Settings, runs: dict[str, History]) -> str:
     best = min(f, key=f.get)
     const = f["constant (after warmup)"]
     others = ", ".join(f"{n} {v:.3f}" for n, v in f.items() if n != "constant (after warmup)")
-    return (f"Same {S.budget} steps and peak lr {S.peak_lr:g}: constant ends at {const:.3f}; {others}. Best: **{best}**. "
-            "Decaying the learning rate at the end lowers the loss because a smaller step averages out more of "
-            "the gradient noise; the schedule decides *when* that happens.")
+    return (f"Same {S.budget} steps and peak lr {S.peak_lr:g}: constant ends at {const:.3f}; {others}. "
+            f"Best: **{best}**. "
+            "Decaying the learning rate at the end lowers the loss because a smaller step averages out more of the "
+            "gradient noise; the schedule decides *when* that happens.")
 
 
 def warmup_summary(S: Settings, runs: dict[str, History]) -> str:
     w = warmup_stats(runs)
-    return (f"At peak lr {S.warmup_lr:g} without warmup, Adam's normalised update had RMS {w['early_update_rms']:.2f} over "
+    return (f"At peak lr {S.warmup_lr:g} without warmup, Adam's normalised update had RMS "
+            f"{w['early_update_rms']:.2f} over "
             f"the first 5 steps and {w['update_rms_at_50']:.2f} at step 50: the first steps move every weight by "
             f"nearly the full lr. The very first step changed the weights by {w['first_relative_step_no_warmup']:.0%} "
             f"of their norm; with warmup the largest relative step was {w['max_relative_step_warmup']:.0%}. Final val "

@@ -160,7 +160,8 @@ def clipping_figure(S: Settings, runs: dict[tuple, History]) -> go.Figure:
             for inject, dash in ((False, "dot"), (True, "solid")):
                 h = runs[(o, clip, inject)]
                 fig.add_trace(go.Scatter(x=h.val_step, y=h.val_loss, mode="lines", line=dict(color=c, dash=dash),
-                                         name=f"{name}{'' if inject else ' (clean twin)'}", legendgroup=f"{clip}{inject}",
+                                         name=f"{name}{'' if inject else ' (clean twin)'}",
+                                         legendgroup=f"{clip}{inject}",
                                          showlegend=col == 1), row=1, col=col)
             h = runs[(o, clip, True)]
             fig.add_trace(go.Scatter(x=h.step, y=h.grad_norm, mode="lines", line=dict(color=c, width=1),
@@ -321,21 +322,26 @@ def effective_batch_panel() -> Panel:
 def clipping_summary(S: Settings, runs: dict[tuple, History]) -> str:
     d = {(o, c): damage(S, runs, o, c) for o in ("AdamW", "SGD") for c in (None, 1.0)}
     def rec(x):
-        return "did not recover within the run" if x["recovery_steps"] is None else f"recovered in {x['recovery_steps']} steps"
+        if x["recovery_steps"] is None:
+            return "did not recover within the run"
+        return f"recovered in {x['recovery_steps']} steps"
     lines = [f"The {S.n_bad} bad batches had a gradient norm of {d[('AdamW', None)]['bad_grad_norm']:.1f} against a "
-             f"typical {d[('AdamW', None)]['typical_grad_norm']:.2f} (AdamW, before clipping). Damage = val loss of the "
+             f"typical {d[('AdamW', None)]['typical_grad_norm']:.2f} (AdamW, before clipping). Damage = val loss of "
+             "the "
              "run with bad batches minus its clean twin:"]
     for o in ("AdamW", "SGD"):
         a, b = d[(o, None)], d[(o, 1.0)]
         lines.append(f"* **{o}**: without clipping the excess peaked at {a['peak_excess']:.3f} and {rec(a)} (final "
-                     f"excess {a['final_excess']:.3f}); clipped at 1.0 it peaked at {b['peak_excess']:.3f} and {rec(b)}.")
+                     f"excess {a['final_excess']:.3f}); clipped at 1.0 it peaked at {b['peak_excess']:.3f} and "
+                     f"{rec(b)}.")
     ratio = d[("SGD", None)]["bad_grad_norm"] / d[("SGD", None)]["typical_grad_norm"]
     lines.append(f"Adam is partly protected by its own normalisation: the bad gradient's size is divided by √v̂. SGD "
                  f"steps in proportion to the gradient, so a {ratio:.0f}× gradient is a {ratio:.0f}× step.")
     if d[("SGD", 1.0)]["peak_excess"] < d[("SGD", None)]["peak_excess"]:
         lines.append("Clipping bounds that step, and here it cut the damage.")
     else:
-        lines.append(f"In these {S.clip_steps}-step runs clipping did **not** reduce SGD's damage: the bad batches arrive "
+        lines.append(f"In these {S.clip_steps}-step runs clipping did **not** reduce SGD's damage: the bad batches "
+                     "arrive "
                      "while the loss is still falling steeply, and the paired difference is mostly noise. From "
                      f"{MIN_CLIP_STEPS} steps on it shows reliably (run the cpu profile, or see "
                      "tests/test_lesson_stability.py).")
@@ -348,12 +354,13 @@ def accumulation_summary(S: Settings, runs: dict[str, History], max_grad_diff: f
     same = max(abs(a - b) for a, b in zip(runs["SGD · sum (bug)"].loss, runs[f"SGD · mean, lr × {k}"].loss))
     early = max(abs(a - b) for a, b in zip(runs["AdamW · sum (bug)"].loss[:5], runs["AdamW · mean"].loss[:5]))
     return (f"{k} micro-batches of {S.batch_size // k} gave the same gradients as one batch of {S.batch_size}: max "
-            f"difference {max_grad_diff:.1e}. The bug: **SGD** with summed losses ended at val {v['SGD · sum (bug)']:.3f} "
-            f"vs {v['SGD · mean']:.3f} averaged — and its loss curve is the averaged run at lr × {k} (max difference "
-            f"{same:.1e}): summing is exactly a {k}× learning rate. **AdamW** without clipping: {v['AdamW · sum (bug)']:.3f} "
-            f"summed vs {v['AdamW · mean']:.3f} averaged. Adam divides out the gradient's scale, so both take the same "
-            f"steps (their losses agree to {early:.0e} over the first 5 steps); later they drift apart the way any two "
-            "runs whose arithmetic differs in the last bit do. With clipping at 1.0 it does: the {k}× larger norm was clipped on "
+            f"difference {max_grad_diff:.1e}. The bug: **SGD** with summed losses ended at val "
+            f"{v['SGD · sum (bug)']:.3f} vs {v['SGD · mean']:.3f} averaged — and its loss curve is the averaged run at "
+            f"lr × {k} (max difference {same:.1e}): summing is exactly a {k}× learning rate. **AdamW** without "
+            f"clipping: {v['AdamW · sum (bug)']:.3f} summed vs {v['AdamW · mean']:.3f} averaged. Adam divides out the "
+            f"gradient's scale, so both take the same steps (their losses agree to {early:.0e} over the first 5 "
+            "steps); later they drift apart the way any two runs whose arithmetic differs in the last bit do. With "
+            f"clipping at 1.0 it does: the {k}× larger norm was clipped on "
             f"{clipped_fraction(runs['AdamW · sum (bug) · clip 1']):.0%} of steps vs "
             f"{clipped_fraction(runs['AdamW · mean · clip 1']):.0%}, and the runs ended at "
             f"{v['AdamW · sum (bug) · clip 1']:.3f} vs {v['AdamW · mean · clip 1']:.3f}. \"Summing multiplies the "
@@ -395,15 +402,18 @@ def claims(S: Settings, *, clip_diff: float, clip_runs: dict[tuple, History], ma
                at_most(1e-6))
     k = S.accum_k
     same = max(abs(x - y) for x, y in zip(accum["SGD · sum (bug)"].loss, accum[f"SGD · mean, lr × {k}"].loss))
-    ledger.add("sgd_sum_is_lr_k", f"SGD: summing the micro-batch losses is exactly lr × {k} (max |Δ loss| over the run)",
+    ledger.add("sgd_sum_is_lr_k", f"SGD: summing the micro-batch losses is exactly lr × {k} (max |Δ loss| over "
+               "the run)",
                same, at_most(1e-3))
     ledger.add("sgd_sum_differs", "… which changes the run (|Δ final val| between summed and averaged SGD)",
                abs(accum["SGD · sum (bug)"].final_val_loss - accum["SGD · mean"].final_val_loss), at_least(0.02))
-    ledger.add("adam_sum_harmless", "AdamW without clipping: summed and averaged runs take the same steps (max |Δ loss| "
+    ledger.add("adam_sum_harmless", "AdamW without clipping: summed and averaged runs take the same steps "
+               "(max |Δ loss| "
                "over the first 5 steps, before rounding differences compound)",
                max(abs(x - y) for x, y in zip(accum["AdamW · sum (bug)"].loss[:5], accum["AdamW · mean"].loss[:5])),
                at_most(1e-5))
-    ledger.add("adam_sum_clips", f"AdamW with clipping: the bug makes clipping fire on more steps (fraction clipped, sum − "
+    ledger.add("adam_sum_clips", "AdamW with clipping: the bug makes clipping fire on more steps "
+               "(fraction clipped, sum − "
                "mean)", clipped_fraction(accum["AdamW · sum (bug) · clip 1"]) -
                clipped_fraction(accum["AdamW · mean · clip 1"]), at_least(0.2))
     ledger.note("damage", {f"{o} clip={c}": v for (o, c), v in d.items()})
@@ -417,11 +427,13 @@ def claims(S: Settings, *, clip_diff: float, clip_runs: dict[tuple, History], ma
 
 
 def recipe_summary(S: Settings) -> str:
-    g, l = warmup_fraction("GPT-3 175B"), warmup_fraction("LLaMA 2 70B")
-    return (f"Warmup is a tiny share of a large run: {g:.2%} of GPT-3's tokens and {l:.2%} of LLaMA 2's steps. Our runs "
+    gpt3, llama = warmup_fraction("GPT-3 175B"), warmup_fraction("LLaMA 2 70B")
+    return (f"Warmup is a tiny share of a large run: {gpt3:.2%} of GPT-3's tokens and {llama:.2%} of LLaMA 2's "
+            "steps. Our runs "
             "are a few hundred steps, so the lab warms up over 10% of them — and lesson 02 measured that a warmup "
             "that short already protects Adam's first steps. The choices that do not depend on scale carry over "
-            "unchanged: AdamW, β2 = 0.95 (lesson 01), weight decay 0.1 on matrices only, clipping at 1.0, cosine "
-            f"to 10% of the peak. The peak learning rate grows as models shrink (LLaMA 2: 3e-4 at 7B, 1.5e-4 at 70B); "
-            f"our sub-million-parameter models train best near {S.adamw_lr:g} (lesson 01's landscape). A batch of "
-            f"{S.batch_size} × {S.block_size} = {S.batch_size * S.block_size:,} tokens is about a thousandth of theirs.")
+            "unchanged: AdamW, β2 = 0.95 (lesson 01), weight decay 0.1 on matrices only, clipping at 1.0, cosine to "
+            "10% of the peak. The peak learning rate grows as models shrink (LLaMA 2: 3e-4 at 7B, 1.5e-4 at 70B); our "
+            f"sub-million-parameter models train best near {S.adamw_lr:g} (lesson 01's landscape). A batch of "
+            f"{S.batch_size} × {S.block_size} = {S.batch_size * S.block_size:,} tokens is about a thousandth of "
+            "theirs.")

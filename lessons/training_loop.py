@@ -208,9 +208,9 @@ def floor_summary(S: Settings, corpus: data.Corpus, h: History) -> str:
     window = corpus.loss_floor(S.block_size)
     return (f"After {S.steps} steps ({h.seconds:.0f} s, median {statistics.median(h.tokens_per_s):,.0f} tokens/s) "
             f"the validation loss is **{h.final_val_loss:.4f}** nats/token: **{gap:.3f}** above the entropy rate "
-            f"{corpus.entropy_rate:.4f}, and {h.final_val_loss - window:.3f} above the floor for "
-            f"{S.block_size}-token windows ({window:.4f}), which counts the first tokens of each window that "
-            f"have fewer than two tokens of context.")
+            f"{corpus.entropy_rate:.4f}, and {h.final_val_loss - window:.3f} above the floor for {S.block_size}-token "
+            f"windows ({window:.4f}), which counts the first tokens of each window that have fewer than two tokens of "
+            "context.")
 
 
 def claims(S: Settings, *, vocab_size: int, init_loss: float, predicted_init: float, update_ratio: float,

@@ -117,7 +117,8 @@ def test_the_readme_multi_node_commands_on_one_node(tmp_path):
     job = subprocess.run([py, "-m", "labtools.dist", "make-job", "labtools.dist.checks:hello", "{}", "--run-dir",
                           str(run), "--backend", "gloo"], check=True, capture_output=True, text=True).stdout.strip()
     subprocess.run([py, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2", "--node-rank", "0",
-                    "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "-m", "labtools.dist.worker", job],
+                    "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "-m", "labtools.dist.worker",
+                    job],
                    check=True, capture_output=True, timeout=120)
     results = json.loads(subprocess.run([py, "-m", "labtools.dist", "collect", str(run)], check=True,
                                         capture_output=True, text=True).stdout)

@@ -50,7 +50,8 @@ def test_notebook_smoke(path, tmp_path, monkeypatch, record_property):
     assert ledgers, "the notebook displayed no claims ledger"
     claims = [c for ledger in ledgers for c in ledger["claims"]]
     assert claims, "the ledger is empty"
-    failed = [f"{c['statement']}: measured {c['measured']}, expected {c['expected']}" for c in claims if not c["passed"]]
+    failed = [f"{c['statement']}: measured {c['measured']}, expected {c['expected']}"
+              for c in claims if not c["passed"]]
     assert not failed, "claims that did not hold:\n" + "\n".join(failed)
 
 

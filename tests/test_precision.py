@@ -102,7 +102,8 @@ def test_disabled_scaler_is_a_pass_through():
     assert scales == [1.0] and skipped == [False] and torch.allclose(p, torch.full((4,), -0.1))
 
 
-@pytest.mark.parametrize("kw", [dict(init_scale=0), dict(growth_factor=0.5), dict(backoff_factor=0), dict(growth_interval=0)])
+@pytest.mark.parametrize("kw", [dict(init_scale=0), dict(growth_factor=0.5), dict(backoff_factor=0),
+                                dict(growth_interval=0)])
 def test_bad_scaler_arguments(kw):
     with pytest.raises(ValueError):
         DynamicLossScaler(**kw)

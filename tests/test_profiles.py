@@ -55,3 +55,12 @@ def test_device_helpers():
     assert torch.equal(a, torch.rand(3))
     info = report("cpu")
     assert info["torch"] == torch.__version__ and info["cpu_threads"] >= 1 and isinstance(info["bf16"], bool)
+
+
+def test_as_config_is_plain_json_without_the_profile():
+    import json
+    from lessons import data_parallel
+    from labtools.profiles import as_config
+    cfg = as_config(data_parallel.settings("smoke"), "world_sizes", accum_k=8)
+    assert "profile" not in cfg and "world_sizes" not in cfg and cfg["accum_k"] == 8
+    assert json.loads(json.dumps(cfg)) == cfg

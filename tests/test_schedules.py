@@ -15,7 +15,8 @@ TABLES = [
     (bind(linear_warmup, warmup=4), [0.0, 0.25, 0.5, 0.75, 1.0, 1.0, 1.0]),
     # warmup_cosine(warmup=2, total=6, min_ratio=0.2): 0, 1/2, then 0.2 + 0.8·(1 + cos(π p))/2 with p = (s − 2)/4:
     #   p = 0 → 1;  p = 1/4 → 0.6 + 0.2√2;  p = 1/2 → 0.6;  p = 3/4 → 0.6 − 0.2√2;  p = 1 → 0.2; after: 0.2
-    (bind(warmup_cosine, warmup=2, total=6, min_ratio=0.2), [0.0, 0.5, 1.0, 0.6 + 0.2 * R2, 0.6, 0.6 - 0.2 * R2, 0.2, 0.2]),
+    (bind(warmup_cosine, warmup=2, total=6, min_ratio=0.2),
+     [0.0, 0.5, 1.0, 0.6 + 0.2 * R2, 0.6, 0.6 - 0.2 * R2, 0.2, 0.2]),
     # warmup_linear(warmup=2, total=6, min_ratio=0.2): 0, 1/2, then 1 − 0.8 p: 1, 0.8, 0.6, 0.4, 0.2; after: 0.2
     (bind(warmup_linear, warmup=2, total=6, min_ratio=0.2), [0.0, 0.5, 1.0, 0.8, 0.6, 0.4, 0.2, 0.2]),
     # wsd(warmup=2, stable=3, decay=4, linear): 0, 1/2, 1 1 1 (stable, steps 2-4), then 1 − p with p = (s − 5)/4
