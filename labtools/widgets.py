@@ -49,8 +49,9 @@ class Panel:
         return {name: control.value for name, control in self.controls.items()}
 
     @property
-    def figure(self) -> go.FigureWidget:
-        """The live figure (created and drawn on first use)."""
+    def figure(self) -> go.FigureWidget | go.Figure:
+        """The live figure (created and drawn on first use). Without a frontend it is a plain go.Figure updated
+        the same way: a FigureWidget nobody sees would still be saved, plotly.js and all, in the notebook."""
         if self._figure is None:
             self.redraw()
         return self._figure
@@ -66,7 +67,7 @@ class Panel:
             self.status.value = f"<span style='color:#cf222e'>{html.escape(f'{type(e).__name__}: {e}')}</span>"
             return
         if self._figure is None:
-            self._figure = go.FigureWidget()
+            self._figure = go.FigureWidget() if has_frontend() else go.Figure()
         fig = self._figure
         with fig.batch_update():
             same_shape = len(fig.data) == len(new.data) and all(
