@@ -84,8 +84,3 @@ def table(header: Sequence[str], rows: Sequence[Sequence], *, title: str = "", r
     fig.update_layout(template=TEMPLATE, title=title, margin=dict(l=10, r=10, t=40 if title else 10, b=10),
                       height=(70 if title else 30) + row_height * (len(rows) + 1) + 20)
     return fig
-
-
-def use_static_renderer() -> None:
-    """Render figures as self-contained HTML (plotly.js embedded once): for papermill and `make book`."""
-    pio.renderers.default = "notebook"

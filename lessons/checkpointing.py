@@ -81,8 +81,10 @@ def policies(n_layer: int) -> list[tuple[str, int]]:
     return [("none", 1), ("attn", 1), ("mlp", 1), ("block", 1), ("every_k", max(1, round(math.sqrt(n_layer))))]
 
 
-def label(policy: str, k: int) -> str:
-    return f"every {k} blocks (√L)" if policy == "every_k" else policy
+def label(policy: str, k: int, n_layer: int) -> str:
+    if policy != "every_k":
+        return policy
+    return f"every {k} blocks" + (" (√L)" if k == max(1, round(math.sqrt(n_layer))) else "")
 
 
 def build(S: Settings, n_layer: int, seq_len: int, policy: str = "none", k: int = 1, n_embd: int | None = None) -> GPT:
@@ -189,7 +191,7 @@ def peaks(S: Settings) -> dict[tuple, dict]:
 
 
 def peak_figure(S: Settings, pk: dict) -> go.Figure:
-    names = [label(p, k) if p != "every_k" or k != 2 else "every 2 blocks" for p, k in pk]
+    names = [label(p, k, max(S.layers)) for p, k in pk]
     fig = plots.bars(names, {"kept between forward and backward": [v["saved"] / MiB for v in pk.values()],
                              "peak during the step (all but parameters)": [v["peak"] / MiB for v in pk.values()]},
                      title=f"L = {max(S.layers)}: what is kept vs what the step needs at its peak", yaxis="MiB")
@@ -202,7 +204,7 @@ def timing(S: Settings) -> dict[str, list[float]]:
     """Seconds per forward + backward, per policy, over interleaved rounds (drift hits every policy alike)."""
     L = S.time_layers
     X, Y = batch(S, S.time_seq, S.time_batch)
-    models = {label(p, k): build(S, L, S.time_seq, p, k, n_embd=S.time_embd) for p, k in policies(L)}
+    models = {label(p, k, L): build(S, L, S.time_seq, p, k, n_embd=S.time_embd) for p, k in policies(L)}
     sync = torch.cuda.synchronize if X.is_cuda else (lambda: None)
     for m in models.values():  # warm-up
         m(X, Y)[1].backward()
@@ -259,7 +261,7 @@ def memory_panel(S: Settings) -> Panel:
             go.Bar(x=["predicted", "measured"], y=[0, r["measured"] / MiB], name="measured (saved tensors)",
                    marker_color=plots.color(2)),
         ])
-        plots._layout(fig, f"L={n_layer}, T={seq_len}, B={batch_size}, {label(policy, k)}: predicted "
+        plots._layout(fig, f"L={n_layer}, T={seq_len}, B={batch_size}, {label(policy, k, n_layer)}: predicted "
                            f"{r['predicted'] / MiB:.2f} MiB, measured {r['measured'] / MiB:.2f} MiB", "", "MiB",
                       barmode="stack")
         return fig
@@ -344,5 +346,5 @@ def claims(S: Settings, *, depth: dict, shapes: dict, pk: dict, times: dict) -> 
                "(step time ÷ none, same run)", ov["block"]["ratio"], between(1.05, 2.0), source="seeds: +30–40%")
     ledger.note("overheads", ov)
     ledger.note("slopes_bytes_per_layer", {p: slope(depth, p) for p in ("none", "attn", "mlp", "block")})
-    ledger.note("peaks", {label(p, k): v for (p, k), v in pk.items()})
+    ledger.note("peaks", {label(p, k, max(S.layers)): v for (p, k), v in pk.items()})
     return ledger

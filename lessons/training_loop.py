@@ -86,14 +86,6 @@ def train_config(S: Settings, steps: int, desc: str) -> TrainConfig:
 
 # --- one step, taken apart ---------------------------------------------------------------------
 
-def init_loss_prediction(model: GPT, X: torch.Tensor) -> tuple[float, float]:
-    """(logit std at init, predicted loss ln V + sigma^2/2): small random logits cost a little over ln V."""
-    with torch.no_grad():
-        logits, _ = model(X)
-    sigma = logits.float().std().item()
-    return sigma, math.log(model.config.vocab_size) + sigma**2 / 2
-
-
 def time_phases(S: Settings, corpus: data.Corpus) -> dict[str, list[float]]:
     """Wall time (ms) of each phase of a training step, repeated S.timing_repeats times."""
     model = build_model(S, corpus.vocab_size)

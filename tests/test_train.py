@@ -77,10 +77,11 @@ def test_bf16_autocast_trains():
     assert h.val_loss[-1] < h.val_loss[0]
 
 
-def test_fp16_uses_a_dynamic_loss_scaler():
+def test_fp16_uses_a_dynamic_loss_scaler_and_fp32_none():
     h = train(model(), data.synthetic(), cfg(precision="fp16", steps=3, eval_every=3, eval_batches=1))
     assert h.loss_scale[0] == 2.0**16  # GradScaler's initial scale
-    assert len(h.skipped) == 3
+    h32 = train(model(), data.synthetic(), cfg(steps=3, eval_every=3, eval_batches=1))
+    assert h32.loss_scale == [1.0] * 3 and h32.skipped == [False] * 3
 
 
 def test_callback_columns_and_history_roundtrip():
