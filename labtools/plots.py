@@ -1,11 +1,20 @@
-"""Plotly figure builders. Each takes plain data (Histories, dicts of columns) and returns a go.Figure."""
+"""Plotly figure builders. Each takes plain data (Histories, dicts of columns) and returns a go.Figure.
+
+    style(fig, title, xaxis, yaxis)    the lab's look for any figure (template, margins, legend below)
+    subplots(rows, cols, titles)       make_subplots, styled
+    loss_curves, lines, bars, table    common figures
+    timeline(intervals)                a Gantt chart: what each rank did when (pipeline schedules)
+"""
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 import plotly.io as pio
+from plotly.subplots import make_subplots
 
-from labtools.train import History
+if TYPE_CHECKING:  # only for the annotation: plots sits below train in the import order
+    from labtools.train import History
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
           "#bcbd22", "#17becf")
@@ -27,13 +36,36 @@ def color(i: int) -> str:
     return COLORS[i % len(COLORS)]
 
 
-def _layout(fig: go.Figure, title: str, xaxis: str, yaxis: str, height: int = 380, **kw) -> go.Figure:
-    fig.update_layout(template=TEMPLATE, title=title, xaxis_title=xaxis, yaxis_title=yaxis, height=height,
-                      margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h", y=-0.2), **kw)
+LEGENDS = {"below": dict(orientation="h", y=-0.2), "right": dict(orientation="v"), "top": dict(orientation="h",
+                                                                                                y=1.12)}
+
+
+def style(fig: go.Figure, title: str | None = None, xaxis: str | None = None, yaxis: str | None = None, *,
+          height: int = 380, legend: str | dict = "below", **layout) -> go.Figure:
+    """Apply the lab's look: template, margins, height, legend placement ("below", "right", "top", or a plotly
+    legend dict); any other layout keyword passes through (barmode="stack", …). Returns the figure."""
+    if isinstance(legend, str) and legend not in LEGENDS:
+        raise ValueError(f"legend must be one of {tuple(LEGENDS)} or a dict, got {legend!r}")
+    kw = dict(template=TEMPLATE, height=height, margin=dict(l=60, r=20, t=50, b=50),
+              legend=LEGENDS[legend] if isinstance(legend, str) else legend)
+    if title is not None:
+        kw["title"] = title
+    if xaxis is not None:
+        kw["xaxis_title"] = xaxis
+    if yaxis is not None:
+        kw["yaxis_title"] = yaxis
+    fig.update_layout(**kw, **layout)
     return fig
 
 
-def loss_curves(runs: Mapping[str, History], *, floor: float | None = None, floor_label: str = "entropy floor",
+def subplots(rows: int, cols: int, titles: Sequence[str] = (), *, title: str | None = None, height: int = 380,
+             legend: str | dict = "below", **kw) -> go.Figure:
+    """make_subplots with the lab's look; kw goes to make_subplots (shared_yaxes, specs, …)."""
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles) or None, **kw)
+    return style(fig, title, height=height, legend=legend)
+
+
+def loss_curves(runs: Mapping[str, "History"], *, floor: float | None = None, floor_label: str = "entropy floor",
                 train: bool = True, val: bool = True, title: str = "Loss", log_y: bool = False) -> go.Figure:
     """Training loss (thin) and validation loss (markers) per run, one color each; optional floor line."""
     fig = go.Figure()
@@ -47,7 +79,7 @@ def loss_curves(runs: Mapping[str, History], *, floor: float | None = None, floo
     if floor is not None:
         fig.add_hline(y=floor, line=dict(color="black", dash="dash", width=1),
                       annotation_text=f"{floor_label} {floor:.3f}", annotation_position="top right")
-    _layout(fig, title, "step", "loss (nats/token)")
+    style(fig, title, "step", "loss (nats/token)")
     if log_y:
         fig.update_yaxes(type="log")
     return fig
@@ -58,7 +90,7 @@ def lines(x: Sequence, ys: Mapping[str, Sequence], *, title: str = "", xaxis: st
     """One line per entry of ys over a shared x."""
     fig = go.Figure([go.Scatter(x=list(x), y=list(y), mode=mode, name=name, line=dict(color=color(i)))
                      for i, (name, y) in enumerate(ys.items())])
-    _layout(fig, title, xaxis, yaxis)
+    style(fig, title, xaxis, yaxis)
     if log_x:
         fig.update_xaxes(type="log")
     if log_y:
@@ -72,7 +104,7 @@ def bars(categories: Sequence[str], values: Mapping[str, Sequence[float]], *, ti
     fig = go.Figure([go.Bar(x=list(categories), y=list(v), name=name, marker_color=color(i),
                             texttemplate="%{y:.3g}" if text else None)
                      for i, (name, v) in enumerate(values.items())])
-    _layout(fig, title, "", yaxis, barmode="stack" if stacked else "group")
+    style(fig, title, "", yaxis, barmode="stack" if stacked else "group")
     return fig
 
 
@@ -83,4 +115,32 @@ def table(header: Sequence[str], rows: Sequence[Sequence], *, title: str = "", r
                              cells=dict(values=cols, align="left", height=row_height)))
     fig.update_layout(template=TEMPLATE, title=title, margin=dict(l=10, r=10, t=40 if title else 10, b=10),
                       height=(70 if title else 30) + row_height * (len(rows) + 1) + 20)
+    return fig
+
+
+# Colors of a timeline's kinds of work: forward blue, backward orange-red; others cycle the palette.
+TIMELINE_COLORS = {"forward": "#1f77b4", "backward": "#ff7f0e", "backward_input": "#ff7f0e",
+                   "backward_weight": "#d62728", "send": "#9467bd", "recv": "#8c564b", "idle": "#e5e5e5"}
+
+
+def timeline(intervals: Sequence[Mapping], *, title: str = "", unit: str = "ms", row_label: str = "rank",
+             height: int | None = None) -> go.Figure:
+    """A Gantt chart: one row per `row`, one bar per interval {row, kind, start, end, label?}, colored by kind.
+
+    start/end are in `unit` from a common origin. Rows read top to bottom (rank 0 on top); each kind is one
+    legend entry; hovering a bar shows its label and duration.
+    """
+    rows = sorted({iv["row"] for iv in intervals})
+    kinds = list(dict.fromkeys(iv["kind"] for iv in intervals))
+    fig = go.Figure()
+    for i, kind in enumerate(kinds):
+        ivs = [iv for iv in intervals if iv["kind"] == kind]
+        fig.add_trace(go.Bar(
+            y=[f"{row_label} {iv['row']}" for iv in ivs], x=[iv["end"] - iv["start"] for iv in ivs],
+            base=[iv["start"] for iv in ivs], orientation="h", name=kind,
+            marker=dict(color=TIMELINE_COLORS.get(kind, color(i + 2)), line=dict(color="white", width=0.5)),
+            text=[str(iv.get("label", "")) for iv in ivs], textposition="inside", insidetextanchor="middle",
+            hovertemplate="%{text}: %{base:.2f} → %{x:.2f} " + unit + "<extra>" + kind + "</extra>"))
+    style(fig, title, unit, None, height=height or 120 + 45 * len(rows), barmode="overlay")
+    fig.update_yaxes(categoryorder="array", categoryarray=[f"{row_label} {r}" for r in reversed(rows)])
     return fig

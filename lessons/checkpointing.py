@@ -155,8 +155,7 @@ def sweep_figure(S: Settings, depth: dict, shapes: dict) -> go.Figure:
     for col, t in ((1, "layers L"), (2, "sequence length T"), (3, "batch size B")):
         fig.update_xaxes(title_text=t, row=1, col=col)
     fig.update_yaxes(title_text="saved activations (MiB)", row=1, col=1)
-    fig.update_layout(template=plots.TEMPLATE, height=440, margin=dict(l=60, r=20, t=50, b=50),
-                      legend=dict(orientation="h", y=-0.25))
+    plots.style(fig, height=440)
     return fig
 
 
@@ -239,7 +238,7 @@ def overhead_figure(times: dict[str, list[float]]) -> go.Figure:
                                         array=[ov[n]["hi"] - ov[n]["ratio"] for n in names],
                                         arrayminus=[ov[n]["ratio"] - ov[n]["lo"] for n in names])))
     fig.add_hline(y=4 / 3, line=dict(color="gray", dash="dot"), annotation_text="one extra forward ≈ 1.33×")
-    plots._layout(fig, "Forward + backward time ÷ no checkpointing (median; bars: min–max over rounds)", "",
+    plots.style(fig, "Forward + backward time ÷ no checkpointing (median; bars: min–max over rounds)", "",
                   "time ratio")
     return fig
 
@@ -261,7 +260,7 @@ def memory_panel(S: Settings) -> Panel:
             go.Bar(x=["predicted", "measured"], y=[0, r["measured"] / MiB], name="measured (saved tensors)",
                    marker_color=plots.color(2)),
         ])
-        plots._layout(fig, f"L={n_layer}, T={seq_len}, B={batch_size}, {label(policy, k, n_layer)}: predicted "
+        plots.style(fig, f"L={n_layer}, T={seq_len}, B={batch_size}, {label(policy, k, n_layer)}: predicted "
                            f"{r['predicted'] / MiB:.2f} MiB, measured {r['measured'] / MiB:.2f} MiB", "", "MiB",
                       barmode="stack")
         return fig

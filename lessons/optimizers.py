@@ -162,8 +162,7 @@ def toy_figure(means: dict[str, np.ndarray], rates: dict[str, np.ndarray], sigma
     fig.update_xaxes(title_text="step", row=1, col=2)
     fig.update_xaxes(type="log", title_text="gradient noise σ", row=1, col=3)
     fig.update_yaxes(type="log", title_text="decay per step", row=1, col=3)
-    fig.update_layout(template=plots.TEMPLATE, height=420, margin=dict(l=50, r=20, t=50, b=50),
-                      legend=dict(orientation="h", y=-0.25))
+    plots.style(fig, height=420)
     return fig
 
 
@@ -266,8 +265,7 @@ def groups_figure(runs: dict[str, History]) -> go.Figure:
     fig.update_yaxes(type="log", title_text="A = Σθ²/(√v̂+ε) / Σθ²", row=1, col=2)
     fig.update_yaxes(title_text="‖θ‖", row=1, col=1)
     fig.update_xaxes(title_text="step")
-    fig.update_layout(template=plots.TEMPLATE, height=430, margin=dict(l=60, r=20, t=50, b=50),
-                      legend=dict(orientation="h", y=-0.25))
+    plots.style(fig, height=430)
     return fig
 
 
@@ -311,8 +309,7 @@ def landscape_figure(S: Settings, runs: dict[tuple, History]) -> go.Figure:
                       row=1, col=col)
         fig.update_xaxes(title_text="weight decay λ", row=1, col=col)
     fig.update_yaxes(title_text="learning rate", row=1, col=1)
-    fig.update_layout(template=plots.TEMPLATE, height=420, margin=dict(l=60, r=20, t=50, b=50),
-                      title=f"Final validation loss after {S.grid_steps} steps "
+    plots.style(fig, height=420, title=f"Final validation loss after {S.grid_steps} steps "
                             "(red square: each optimizer's best cell)")
     return fig
 
@@ -464,8 +461,7 @@ def beta2_figure(natural: dict[float, History], surged: dict[float, History], st
         fig.add_vline(x=steps // 2, line=dict(color="gray", dash="dot"), row=1, col=col)
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="RMS of m̂/(√v̂+ε)", row=1, col=2)
-    fig.update_layout(template=plots.TEMPLATE, height=400, margin=dict(l=50, r=20, t=50, b=50),
-                      legend=dict(orientation="h", y=-0.25))
+    plots.style(fig, height=400)
     return fig
 
 

@@ -116,7 +116,7 @@ def range_figure() -> go.Figure:
                                  text=["", f"  max {f.max:.3g}, eps 2^{int(math.log2(f.eps))}"],
                                  textposition="middle right", showlegend=False, hoverinfo="skip"))
     fig.add_vline(x=0, line=dict(color="black", dash="dot"))
-    plots._layout(fig, "Range of each format (log₂ of magnitude; thin = subnormal)", "log₂ |x|", "")
+    plots.style(fig, "Range of each format (log₂ of magnitude; thin = subnormal)", "log₂ |x|", "")
     fig.update_xaxes(range=[-160, 200])
     return fig
 
@@ -190,7 +190,7 @@ def overflow_figure(sweep: dict[float, dict], k: float) -> go.Figure:
         return f"{p}: loss {r[p]['loss']:.4g}" + (f" (first non-finite: {first})" if first else "")
 
     verdict = " · ".join(verdict_of(p) for p in ("fp16", "bf16"))
-    plots._layout(fig, f"Residual stream × {k:.3g} — {verdict}", "", "largest |value|")
+    plots.style(fig, f"Residual stream × {k:.3g} — {verdict}", "", "largest |value|")
     fig.update_yaxes(type="log")
     fig.update_xaxes(tickangle=45)
     return fig
@@ -235,7 +235,7 @@ def underflow_figure(g: np.ndarray, log2_scale: float) -> go.Figure:
                             (math.log2(f.min_normal), "smallest normal 2⁻¹⁴", "orange"),
                             (math.log2(f.max), "max 65504", "red")):
         fig.add_vline(x=x, line=dict(color=color, dash="dash"), annotation_text=label, annotation_position="top")
-    plots._layout(fig, f"log₂|g·S| with S = 2^{log2_scale:g}: {fr['flushed']:.2%} flushed to zero, "
+    plots.style(fig, f"log₂|g·S| with S = 2^{log2_scale:g}: {fr['flushed']:.2%} flushed to zero, "
                        f"{fr['subnormal']:.1%} subnormal, {fr['overflow']:.2%} overflow", "log₂ |g · S|", "count")
     fig.update_xaxes(range=[-50, 20])
     return fig
@@ -310,8 +310,7 @@ def scaling_figure(runs: dict[str, History]) -> go.Figure:
                              name="skipped step", marker=dict(color="red", symbol="x", size=9)), row=1, col=2)
     fig.update_yaxes(type="log", title_text="S", row=1, col=2)
     fig.update_xaxes(title_text="step")
-    fig.update_layout(template=plots.TEMPLATE, height=420, margin=dict(l=50, r=20, t=50, b=50),
-                      legend=dict(orientation="h", y=-0.25))
+    plots.style(fig, height=420)
     return fig
 
 
@@ -377,8 +376,7 @@ def master_figure(runs: dict[str, History]) -> go.Figure:
         fig.add_trace(go.Scatter(x=h.step, y=h.extra["ln_unchanged"], mode="lines", line=dict(color=c, dash="dot"),
                                  name=f"{name}: LayerNorm gains", legendgroup=name), row=1, col=2)
     fig.update_xaxes(title_text="step")
-    fig.update_layout(template=plots.TEMPLATE, height=420, margin=dict(l=50, r=20, t=50, b=50),
-                      legend=dict(orientation="h", y=-0.25))
+    plots.style(fig, height=420)
     return fig
 
 

@@ -187,8 +187,7 @@ def warmup_figure(runs: dict[str, History], first: int = 60) -> go.Figure:
                                  showlegend=False, line=dict(color=c), legendgroup=name), row=1, col=3)
     fig.update_yaxes(type="log", row=1, col=3)
     fig.update_xaxes(title_text="step")
-    fig.update_layout(template=plots.TEMPLATE, height=400, margin=dict(l=50, r=20, t=50, b=50),
-                      legend=dict(orientation="h", y=-0.25))
+    plots.style(fig, height=400)
     return fig
 
 
@@ -246,7 +245,7 @@ def wsd_figure(r: dict) -> go.Figure:
         x, y = val(h)
         fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=name, line=dict(color=color, dash=dash),
                                  marker=dict(size=4)))
-    plots._layout(fig, "WSD branches from one trunk vs a cosine run per horizon", "step", "val loss")
+    plots.style(fig, "WSD branches from one trunk vs a cosine run per horizon", "step", "val loss")
     return fig
 
 

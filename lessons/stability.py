@@ -171,8 +171,7 @@ def clipping_figure(S: Settings, runs: dict[tuple, History]) -> go.Figure:
                           line_width=0, row=row, col=col)
     fig.update_yaxes(type="log", row=2)
     fig.update_xaxes(title_text="step", row=2)
-    fig.update_layout(template=plots.TEMPLATE, height=620, margin=dict(l=50, r=20, t=50, b=50),
-                      legend=dict(orientation="h", y=-0.12))
+    plots.style(fig, height=620, legend=dict(orientation="h", y=-0.12))
     return fig
 
 
@@ -230,8 +229,7 @@ def accumulation_figure(runs: dict[str, History]) -> go.Figure:
                                                                                         width=1.5)), row=1, col=col)
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="training loss", row=1, col=1)
-    fig.update_layout(template=plots.TEMPLATE, height=400, margin=dict(l=50, r=20, t=50, b=50),
-                      legend=dict(orientation="h", y=-0.25))
+    plots.style(fig, height=400)
     return fig
 
 

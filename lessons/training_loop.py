@@ -132,8 +132,8 @@ def phase_figure(times: dict[str, list[float]]) -> go.Figure:
     hi = [max(times[k]) - m for m, k in zip(med, names)]
     fig = go.Figure(go.Bar(x=names, y=med, marker_color=plots.color(0), texttemplate="%{y:.2f} ms",
                            error_y=dict(type="data", symmetric=False, array=hi, arrayminus=lo)))
-    fig.update_layout(template=plots.TEMPLATE, title="Where one training step spends its time (median, min–max)",
-                      yaxis_title="ms", height=340, margin=dict(l=60, r=20, t=50, b=40))
+    plots.style(fig, title="Where one training step spends its time (median, min–max)",
+                      yaxis_title="ms", height=340)
     return fig
 
 
