@@ -60,7 +60,13 @@ def saved_activation_bytes(model: nn.Module, X: torch.Tensor, Y: torch.Tensor | 
 
 
 def tensor_bytes(tensors) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+    """Bytes of the tensors this process holds: a sharded DTensor counts its local shard only."""
+    total = 0
+    for t in tensors:
+        if t is not None:
+            t = t.to_local() if hasattr(t, "to_local") else t
+            total += t.numel() * t.element_size()
+    return total
 
 
 def model_state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict[str, int]:

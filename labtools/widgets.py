@@ -149,12 +149,21 @@ class RunCache:
         return len(self.store)
 
 
+def options_with(options, value) -> list:
+    """The options with `value` among them (sorted in), so a selection control can start at any value the
+    notebook ran with instead of silently snapping to a neighbour."""
+    return sorted(set(options) | {value})
+
+
 def slider(value, lo, hi, step=None, description: str = "", log: bool = False, continuous: bool = True,
            **kw) -> W.ValueWidget:
     """A labelled slider: int or float from the type of `value`; log=True for a log-scale float slider.
 
-    continuous=False redraws only on release: use it where a change starts a training run.
+    The range is widened to include `value`, so a panel always starts at the configuration the notebook ran
+    (ipywidgets would clamp it, or fail when lo > hi). continuous=False redraws only on release: use it where
+    a change starts a training run.
     """
+    lo, hi = min(lo, value), max(hi, value)
     style = {"description_width": "initial"}
     common = dict(description=description, style=style, continuous_update=continuous, **kw)
     if log:

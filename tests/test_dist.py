@@ -1,17 +1,27 @@
-"""The launcher, on CPU with gloo ranks: results, failures, hangs, timeouts, interrupts, no orphans."""
+"""The launcher, on CPU with gloo ranks: results, failures named by rank and signal, hangs, timeouts,
+interrupts, the caller's death, leftovers, bad input — and never a process left behind."""
 
 import _thread
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from labtools.dist import RankFailed, launch
+from labtools.dist import checks
+from labtools.dist.checks import Fault
 
 
-def leftover_processes() -> list[str]:
-    """Processes of any launch still alive (their command lines name a labtools-dist run directory)."""
+def processes_under(root: Path) -> list[str]:
+    """Processes whose command line names a path under root (this session's runs)."""
     out = []
     for p in Path("/proc").iterdir():
         if p.name.isdigit():
@@ -19,54 +29,72 @@ def leftover_processes() -> list[str]:
                 cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            if "labtools-dist-" in cmd:
+            if str(root) in cmd:
                 out.append(f"{p.name}: {cmd}")
     return out
 
 
-@pytest.fixture(autouse=True)
-def no_orphans():
-    import shutil
-    import tempfile
-    runs_before = set(Path(tempfile.gettempdir()).glob("labtools-dist-*"))
-    assert leftover_processes() == []
-    yield
-    deadline = time.monotonic() + 5  # give the kernel a moment to reap
-    while leftover_processes() and time.monotonic() < deadline:
+def wait_gone(root: Path, seconds: float = 10.0) -> list[str]:
+    deadline = time.monotonic() + seconds
+    while processes_under(root) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert leftover_processes() == [], "a launch left processes behind"
-    for run in set(Path(tempfile.gettempdir()).glob("labtools-dist-*")) - runs_before:  # failed runs keep logs
-        shutil.rmtree(run, ignore_errors=True)
+    return processes_under(root)
+
+
+@pytest.fixture(autouse=True)
+def no_orphans(session_run_root):
+    assert processes_under(session_run_root) == []
+    yield
+    assert wait_gone(session_run_root) == [], "a launch left processes behind"
+    deadline = time.monotonic() + 5  # a successful launch removes its directory once its processes exited
+    while list(session_run_root.glob("labtools-dist-*")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert list(session_run_root.glob("labtools-dist-*")) == [], "a launch left its run directory behind"
 
 
 def test_results_come_back_in_rank_order_with_backend():
-    results = launch("labtools.dist.checks:hello", 3, show_progress=False)
+    results = launch(checks.hello, 3, show_progress=False)
     assert [r["dist"]["rank"] for r in results] == [0, 1, 2]
     assert all(r["sum"] == 3.0 and r["dist"]["backend"] == "gloo" and r["dist"]["device"] == "cpu" for r in results)
     assert all(r["threads"] == 1 for r in results)
     assert len({r["pid"] for r in results}) == 3
+    assert len({r["dist"]["run_id"] for r in results}) == 1
 
 
 def test_a_failing_rank_is_named_with_its_traceback_within_seconds():
     t0 = time.monotonic()
     with pytest.raises(RankFailed) as err:
-        launch("labtools.dist.checks:fail_on", 2, {"rank": 1}, show_progress=False)
-    assert err.value.rank == 1
+        launch(checks.fail_on, 2, Fault(rank=1), show_progress=False)
+    assert err.value.rank == 1 and err.value.signal is None
     assert "deliberate failure on rank 1" in str(err.value) and "Traceback" in err.value.traceback
     assert time.monotonic() - t0 < 30
+
+
+@pytest.mark.parametrize("victim", [0, 1])
+def test_a_killed_rank_is_named_with_its_signal(victim):
+    """The peer then fails with 'connection closed'; the cause is the rank with no error of its own."""
+    with pytest.raises(RankFailed) as err:
+        launch(checks.killed, 2, Fault(rank=victim), show_progress=False)
+    assert err.value.rank == victim and err.value.signal == "SIGKILL", str(err.value)
+    assert "SIGKILL" in str(err.value)
 
 
 def test_a_hung_collective_hits_the_process_group_timeout():
     t0 = time.monotonic()
     with pytest.raises(RankFailed) as err:
-        launch("labtools.dist.checks:one_sided", 2, {"sleep_s": 120}, collective_timeout_s=3, show_progress=False)
+        launch(checks.one_sided, 2, Fault(sleep_s=120), collective_timeout_s=3, show_progress=False)
     assert err.value.rank == 0  # the rank waiting in the collective
     assert time.monotonic() - t0 < 30
 
 
+def test_ranks_finishing_further_apart_than_the_collective_timeout_still_return():
+    results = launch(checks.finish_apart, 2, Fault(rank=1, sleep_s=4), collective_timeout_s=2, show_progress=False)
+    assert [r["rank"] for r in results] == [0, 1]
+
+
 def test_overall_timeout_stops_every_process():
     with pytest.raises(TimeoutError, match="timeout_s"):
-        launch("labtools.dist.checks:slow", 2, {"steps": 100, "step_s": 1.0}, timeout_s=6, show_progress=False)
+        launch(checks.slow, 2, Fault(steps=100, step_s=1.0), timeout_s=6, show_progress=False)
 
 
 def test_keyboard_interrupt_stops_every_process():
@@ -74,52 +102,140 @@ def test_keyboard_interrupt_stops_every_process():
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            launch("labtools.dist.checks:slow", 2, {"steps": 100, "step_s": 1.0}, show_progress=False)
+            launch(checks.slow, 2, Fault(steps=100, step_s=1.0), show_progress=False)
     finally:
         timer.cancel()
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(target="labtools.dist.checks:hello", nprocs=0), "nprocs"),
-    (dict(target="labtools.dist.checks:hello", nprocs=1.5), "nprocs"),
-    (dict(target="labtools.dist.checks:nope", nprocs=2), "no function"),
-    (dict(target="no_such_module:f", nprocs=2), "cannot be imported"),
-    (dict(target="labtools.dist.checks", nprocs=2), "package.module:function"),
-    (dict(target="labtools.dist.checks:hello", nprocs=2, config={"x": object()}), "JSON"),
-    (dict(target="labtools.dist.checks:hello", nprocs=2, backend="mpi"), "backend"),
+CALLER = """
+import sys
+from labtools.dist import launch
+from labtools.dist.checks import Fault, slow
+launch(slow, 2, Fault(steps=600, step_s=0.1), show_progress=False)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL], ids=lambda s: s.name)
+def test_the_callers_death_leaves_nothing_behind(sig, tmp_path):
+    """A closed terminal, a CI timeout, the OOM killer: torchrun and every rank are gone within 10 s."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    env = dict(os.environ, LABTOOLS_RUN_ROOT=str(root))
+    caller = subprocess.Popen([sys.executable, "-c", CALLER], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(root.glob("labtools-dist-*/pids/*.pid"))) < 2:  # both ranks are running
+            assert caller.poll() is None and time.monotonic() < deadline, "the run did not start"
+            time.sleep(0.1)
+        assert len(processes_under(root)) >= 4  # supervisor, torchrun, two ranks
+        caller.send_signal(sig)
+        caller.wait(timeout=10)
+        assert wait_gone(root, 10) == []
+        time.sleep(0.5)
+        assert list(root.iterdir()) == [], "the run directory was left behind"
+    finally:
+        if caller.poll() is None:
+            caller.kill()
+
+
+def test_a_launch_leaves_no_temp_directories(tmp_path):
+    """torchrun's torchelastic_* directories go under the run directory, which is removed."""
+    before = set(Path(tempfile.gettempdir()).iterdir())
+    launch(checks.hello, 2, show_progress=False)
+    assert wait_gone(Path(os.environ["LABTOOLS_RUN_ROOT"])) == []
+    time.sleep(0.5)
+    new = [p.name for p in set(Path(tempfile.gettempdir()).iterdir()) - before
+           if p.name.startswith(("torchelastic_", "labtools-dist-"))]
+    assert new == []
+
+
+def test_consecutive_ddp_launches_all_succeed():
+    """DDP ranks used to abort at exit now and then ('terminate called without an active exception')."""
+    for i in range(10):
+        results = launch(checks.ddp_tiny, 2, show_progress=False)
+        assert results[0]["grad_norm"] == results[1]["grad_norm"] > 0, f"launch {i}"
+
+
+def _notebook_function():
+    return {}
+
+
+def _closure():
+    def inner() -> dict:
+        return {}
+    return inner
+
+
+@dataclass(frozen=True)
+class NotAConfig:
+    x: int = 1
+
+
+_notebook_function.__module__ = "__main__"
+
+
+@pytest.mark.parametrize("args, kwargs, match", [
+    ((checks.hello, 0), {}, "nprocs"),
+    ((checks.hello, 1.5), {}, "nprocs"),
+    ((checks.hello, 10**6), {}, "nprocs"),
+    ((lambda: {}, 2), {}, "lambda"),
+    ((_closure(), 2), {}, "closure"),
+    ((_notebook_function, 2), {}, "notebook"),
+    ((checks.hello, 2, Fault()), {}, "takes no config"),
+    ((checks.fail_on, 2, {"rank": 1}), {}, "must be a Fault"),
+    ((checks.fail_on, 2, NotAConfig()), {}, "must be a Fault"),
+    ((json.dumps, 2), {}, "module-level function|outside"),
+    ((checks.hello, 2), {"backend": "mpi"}, "backend"),
+    ((checks.hello, 2), {"timeout_s": 0}, "timeout_s"),
 ])
-def test_bad_input_is_rejected_before_any_process_starts(kwargs, match, monkeypatch):
-    import subprocess
+def test_bad_input_is_rejected_before_any_process_starts(args, kwargs, match, monkeypatch):
     started = []
     monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a))
     with pytest.raises(ValueError, match=match):
-        launch(**kwargs, show_progress=False)
+        launch(*args, **kwargs, show_progress=False)
     assert started == []
 
 
-def test_twenty_consecutive_ddp_launches_all_succeed():
-    for i in range(20):
-        results = launch("labtools.dist.checks:ddp_tiny", 2, show_progress=False)
-        assert results[0]["grad_norm"] == results[1]["grad_norm"] > 0, f"launch {i}"
+def test_targets_outside_the_lab_need_an_explicit_allowance(monkeypatch):
+    from labtools.dist.launcher import _resolve_name
+    with pytest.raises(ValueError, match="outside the lab's packages"):
+        _resolve_name("json:dumps")
+    monkeypatch.setenv("LABTOOLS_ALLOW_TARGETS", "json")
+    assert _resolve_name("json:dumps")[1] is json.dumps
+
+
+def run_cli(*args, check=True):
+    return subprocess.run([sys.executable, "-m", "labtools.dist", *args], capture_output=True, text=True, check=check)
 
 
 def test_the_readme_multi_node_commands_on_one_node(tmp_path):
     """make-job, torchrun with an explicit c10d rendezvous (as on several nodes), collect."""
-    import json
     import socket
-    import subprocess
-    import sys
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     run = tmp_path / "run"
-    py = sys.executable
-    job = subprocess.run([py, "-m", "labtools.dist", "make-job", "labtools.dist.checks:hello", "{}", "--run-dir",
-                          str(run), "--backend", "gloo"], check=True, capture_output=True, text=True).stdout.strip()
-    subprocess.run([py, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2", "--node-rank", "0",
-                    "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "-m", "labtools.dist.worker",
-                    job],
-                   check=True, capture_output=True, timeout=120)
-    results = json.loads(subprocess.run([py, "-m", "labtools.dist", "collect", str(run)], check=True,
-                                        capture_output=True, text=True).stdout)
+    job = run_cli("make-job", "labtools.dist.checks:hello", "--run-dir", str(run), "--backend", "gloo").stdout.strip()
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+                    "--node-rank", "0", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "-m",
+                    "labtools.dist.worker", job], check=True, capture_output=True, timeout=120)
+    results = json.loads(run_cli("collect", str(run)).stdout)
     assert [r["dist"]["rank"] for r in results] == [0, 1] and all(r["sum"] == 1.0 for r in results)
+
+    # a used run directory is refused, then cleared only on request; collect never mixes two runs
+    refused = run_cli("make-job", "labtools.dist.checks:hello", "--run-dir", str(run), check=False)
+    assert refused.returncode != 0 and "not empty" in refused.stderr
+    stale = json.loads((run / "rank1.json").read_text())
+    run_cli("make-job", "labtools.dist.checks:ring_parity", '{"sizes": [3]}', "--run-dir", str(run), "--force")
+    assert not (run / "rank0.json").exists()
+    (run / "rank1.json").write_text(json.dumps(stale))  # a result of the earlier run, planted
+    mixed = run_cli("collect", str(run), check=False)
+    assert mixed.returncode != 0 and "another run" in mixed.stderr
+
+
+def test_make_job_validates_the_config_before_any_node_runs(tmp_path):
+    bad = run_cli("make-job", "labtools.dist.checks:fail_on", '{"rank": "one", "nope": 1}', "--run-dir",
+                  str(tmp_path / "r"), check=False)
+    assert bad.returncode != 0 and "nope" in bad.stderr
+    outside = run_cli("make-job", "os:getcwd", "--run-dir", str(tmp_path / "r2"), check=False)
+    assert outside.returncode != 0 and "outside the lab's packages" in outside.stderr

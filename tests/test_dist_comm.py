@@ -3,13 +3,14 @@
 import pytest
 
 from labtools.dist import launch
+from labtools.dist.checks import Sizes, ring_parity
 from labtools.dist.comm import ring_bytes
 
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_ring_all_reduce_matches_torch(world):
     sizes = [1, 7, 64, 1001]
-    results = launch("labtools.dist.checks:ring_parity", world, {"sizes": sizes}, show_progress=False)
+    results = launch(ring_parity, world, Sizes(tuple(sizes)), show_progress=False)
     for r in results:
         for n in sizes:
             assert r[str(n)]["max_diff"] <= 1e-5, (world, n)

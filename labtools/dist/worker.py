@@ -1,20 +1,23 @@
-"""One rank of a labtools.dist.launch run. torchrun starts it; it is not meant to be run by hand:
+"""One rank of a labtools.dist run. torchrun starts it; it is not meant to be run by hand:
 
     $ python -m torch.distributed.run --standalone --nproc-per-node=2 -m labtools.dist.worker JOB.json
 
-JOB.json: {"target": "package.module:function", "config": {...}, "backend": "gloo" | "nccl",
-"collective_timeout_s": 60, "run_dir": "..."}. The rank writes run_dir/rank{r}.json (the function's dict
-plus a "dist" entry), or run_dir/rank{r}.error.json with its traceback, and its output to rank{r}.log.
+JOB.json: {"run_id": "...", "target": "package.module:function", "config": {...} | null, "backend": "gloo" |
+"nccl", "collective_timeout_s": 60, "run_dir": "..."}. The config is rebuilt into the dataclass the function is
+annotated with. The rank writes run_dir/rank{r}.json (the function's dict plus a "dist" entry), or
+run_dir/rank{r}.error.json with its traceback, and its output to rank{r}.log.
 
-Teardown order (torch 2.13 + gloo could abort at exit with "terminate called without an active
-exception"): the function's objects are released when it returns, then gc.collect(), a barrier so no
-rank tears down while a peer still talks to it, then destroy_process_group(). A real failure skips the
-barrier and exits non-zero, so torchrun stops the other ranks.
+A job file is code: the target must come from the lab's packages or a prefix listed in LABTOOLS_ALLOW_TARGETS
+in this process's environment (not in the job file).
+
+Teardown (torch 2.13 + gloo could abort at exit with "terminate called without an active exception"): the
+result is written first, then the function's objects are released, gc.collect(), a barrier so no rank tears
+down while a peer still talks to it, then destroy_process_group(). A failed teardown (a peer that finished
+more than the collective timeout later) is logged, never fatal: the result is already safe. A real failure
+skips the teardown and exits non-zero, so torchrun stops the other ranks.
 """
 
-import ctypes
 import gc
-import importlib
 import json
 import os
 import signal
@@ -27,14 +30,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-
-def _die_with_parent() -> None:
-    """Linux: get SIGKILL if torchrun (our parent) dies, so a killed launch cannot leave this rank behind."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() == 1:  # the parent died before prctl took effect
-            os._exit(1)
+from labtools.dist.launcher import _resolve_name, config_type, decode_config
+from labtools.dist.supervise import tie_to_parent
 
 
 def _redirect_output(path: Path) -> None:
@@ -47,14 +44,24 @@ def _redirect_output(path: Path) -> None:
     os.close(fd)
 
 
+def _write(path: Path, payload: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(payload)
+    tmp.replace(path)  # readers never see half a file
+
+
 def main(job_path: str) -> int:
-    _die_with_parent()
+    tie_to_parent(signal.SIGKILL, os.getppid())  # torchrun dies -> this rank dies
     job = json.loads(Path(job_path).read_text())
     run_dir = Path(job["run_dir"])
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    (run_dir / "pids").mkdir(exist_ok=True)
     (run_dir / "pids" / f"rank{rank}.pid").write_text(str(os.getpid()))
     _redirect_output(run_dir / f"rank{rank}.log")
     try:
+        _, fn = _resolve_name(job["target"])
+        cls = config_type(fn)
+        args = () if cls is None else (decode_config(cls, job["config"] or {}),)
         backend = job["backend"]
         if backend == "nccl":
             torch.cuda.set_device(local_rank)
@@ -63,29 +70,32 @@ def main(job_path: str) -> int:
             torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
             device = torch.device("cpu")
         dist.init_process_group(backend, timeout=timedelta(seconds=job["collective_timeout_s"]))
-        module, function = job["target"].split(":")
-        fn = getattr(importlib.import_module(module), function)
         t0 = time.perf_counter()
-        result = fn(job["config"])
+        result = fn(*args)
         seconds = time.perf_counter() - t0
         if not isinstance(result, dict):
             raise TypeError(f"{job['target']} must return a dict, returned {type(result).__name__}")
         result = dict(result, dist={"rank": rank, "world_size": dist.get_world_size(), "backend": backend,
-                                    "device": str(device), "seconds": seconds})
+                                    "device": str(device), "seconds": seconds, "run_id": job.get("run_id")})
         payload = json.dumps(result)
     except BaseException as e:  # noqa: BLE001 - recorded for the launcher, then the rank exits non-zero
         error = {"rank": rank, "time": time.time(), "error": f"{type(e).__name__}: {e}",
-                 "traceback": traceback.format_exc()}
-        (run_dir / f"rank{rank}.error.json").write_text(json.dumps(error))
+                 "traceback": traceback.format_exc(), "run_id": job.get("run_id")}
+        _write(run_dir / f"rank{rank}.error.json", json.dumps(error))
         traceback.print_exc()
         sys.stderr.flush()
         os._exit(1)  # no teardown: a peer may be stuck in a collective; torchrun stops the rest
-    del fn
+    _write(run_dir / f"rank{rank}.json", payload)
+    del fn, result
     gc.collect()
-    dist.barrier()
-    dist.destroy_process_group()
-    (run_dir / f"rank{rank}.json").write_text(payload)
-    return 0
+    try:
+        dist.barrier()
+        dist.destroy_process_group()
+    except Exception as e:  # noqa: BLE001 - the result is written; a slow peer's teardown must not lose it
+        print(f"teardown failed after the result was written (not fatal): {type(e).__name__}: {e}", flush=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip interpreter finalisation (a second or so of torch teardown): everything is written
 
 
 if __name__ == "__main__":
