@@ -4,7 +4,7 @@ import pytest
 
 from labtools.dist import launch
 from labtools.dist.checks import Sizes, ring_parity
-from labtools.dist.comm import ring_bytes
+from labtools.plan import collective_bytes
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -16,4 +16,4 @@ def test_ring_all_reduce_matches_torch(world):
             assert r[str(n)]["max_diff"] <= 1e-5, (world, n)
     for n in sizes:  # every rank together sends 2(N-1) · M bytes; unequal chunks spread it unevenly
         total = sum(r[str(n)]["sent"] for r in results)
-        assert total == pytest.approx(world * ring_bytes(4 * n, world))
+        assert total == pytest.approx(world * collective_bytes("all_reduce", 4 * n, world))

@@ -4,8 +4,8 @@ ring_all_reduce: the ring algorithm, from scratch, for learning (dist.all_reduce
 Each rank's tensor is cut into N chunks. Reduce-scatter: N − 1 steps, each rank sends one chunk to its
 right neighbour and adds the chunk arriving from its left; after them rank r owns the full sum of chunk
 (r + 1) mod N. All-gather: N − 1 more steps pass the finished chunks around the ring. Each rank sends
-2(N − 1) chunks of M/N elements: 2(N − 1)/N · M bytes, whatever N — which is why the ring is
-bandwidth-optimal. Checked against dist.all_reduce in tests/test_dist_comm.py.
+2(N − 1) chunks of M/N elements: 2(N − 1)/N · M bytes, whatever N (labtools.plan.collective_bytes) — which
+is why the ring is bandwidth-optimal. Checked against dist.all_reduce in tests/test_dist_comm.py.
 
 DDPCommCounter: a DDP communication hook that counts the buckets all-reduced and their bytes, then does
 the default all-reduce. CollectiveCounter: counts calls and input bytes of torch.distributed collectives
@@ -45,11 +45,6 @@ def ring_all_reduce(t: torch.Tensor) -> int:
         chunks[recv_idx].copy_(incoming)
         sent += chunks[send_idx].numel() * t.element_size()
     return sent
-
-
-def ring_bytes(n_bytes: int, world: int) -> float:
-    """What each rank sends in a ring all-reduce of n_bytes: 2(N − 1)/N · M."""
-    return 2 * (world - 1) / world * n_bytes
 
 
 class DDPCommCounter:

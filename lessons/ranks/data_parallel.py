@@ -15,10 +15,11 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from labtools.dist.comm import DDPCommCounter, ring_all_reduce, ring_bytes
+from labtools.dist.comm import DDPCommCounter, ring_all_reduce
 from labtools.dist.toolkit import (GPTJob, accumulate, build_gpt, global_batch, rank_rows, report_progress,
                                    train_step, world_size)
 from labtools.optim import param_groups
+from labtools.plan import collective_bytes
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,8 @@ def equivalence(job: DPJob) -> dict:
     grad_bytes = sum(p.numel() * p.element_size() for p in ddp.parameters())
     return {"naive_max_diff": _max_diff(_grads(naive), ref_grads), "ddp_max_diff": _max_diff(_grads(ddp), ref_grads),
             "ring_max_diff": (ring - torch_sum).abs().max().item(), "ring_bytes_sent": sent,
-            "ring_bytes_formula": ring_bytes(local.numel() * local.element_size(), N), "grad_bytes": grad_bytes,
+            "ring_bytes_formula": collective_bytes("all_reduce", local.numel() * local.element_size(), N),
+            "grad_bytes": grad_bytes,
             "ddp_allreduce_bytes": counter.bytes, "ddp_buckets": counter.calls, "ddp_losses": _train_ddp(job)}
 
 
