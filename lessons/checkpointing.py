@@ -291,22 +291,38 @@ def korthikanti_table(S: Settings) -> go.Figure:
                        row_height=36)
 
 
-def depth_summary(S: Settings, depth: dict) -> str:
+def depth_findings(ledger: Ledger, S: Settings, depth: dict, shapes: dict) -> str:
+    """The depth and shape sweeps' statistics, computed once: ledger entries and the summary."""
     E = S.batch_size * S.seq_len * S.n_embd * 4
     s_none, s_block = slope(depth, "none"), slope(depth, "block")
-    ratios = ", ".join(f"{ratio_at(depth, L):.1f}× at L = {L}" for L in (8, 16) if ("none", 1, L) in depth)
+    ratios = {L: ratio_at(depth, L) for L in (8, 16) if ("none", 1, L) in depth}
+    worst = worst_prediction_error(depth, shapes["T"], shapes["B"])
+    for L, r in ratios.items():
+        ledger.add(f"ratio_{L}", f"At L = {L}, per-block checkpointing saves ≥ 5× activation memory (none ÷ block)",
+                   r, at_least(5), source="seeds: 5–10×")
+    ledger.add("slope_block", "Checkpointing every block is not O(1): each layer still adds its input (slope ÷ input "
+               "bytes)", s_block / E, between(0.99, 1.01), source="seeds: O(1)")
+    ledger.add("slope_none", "Without checkpointing each layer adds 16 inputs' worth (slope ÷ input bytes, plus "
+               "fp32 statistics)", s_none / E, between(16.0, 16.3))
+    ledger.add("predicted", "Predicted activation bytes within 10% of measured, every policy, every shape swept "
+               "(worst relative error)", worst, at_most(0.10))
+    ledger.note("slopes_bytes_per_layer", {p: slope(depth, p) for p in ("none", "attn", "mlp", "block")})
     return (f"Without checkpointing each layer adds {s_none / MiB:.2f} MiB ({s_none / E:.2f} × the block's input "
             f"tensor); checkpointing every block, {s_block / MiB:.3f} MiB ({s_block / E:.2f} × the input): the memory "
             "still grows with depth, by exactly the input each block keeps. \"O(1) memory when every layer is "
             f"checkpointed\" is not what happens: it is O(L) with a {s_none / s_block:.0f}× smaller slope. Memory "
-            f"saved by per-block checkpointing: {ratios}. Predicted and measured differ by at most "
-            f"{worst_prediction_error(depth):.2%} over the sweep.")
+            "saved by per-block checkpointing: " + ", ".join(f"{r:.1f}× at L = {L}" for L, r in ratios.items())
+            + f". Predicted and measured differ by at most {worst:.2%} over the sweeps.")
 
 
-def peak_summary(S: Settings, pk: dict) -> str:
+def peak_findings(ledger: Ledger, S: Settings, pk: dict) -> str:
     L = max(S.layers)
     k = max(1, round(math.sqrt(L)))
     b, s = pk[("block", 1)], pk[("every_k", k)]
+    if k > 1:
+        ledger.add("sqrt_peak", f"√L segments keep less than every block but peak higher (peak of every {k} ÷ peak "
+                   "of every block)", s["peak"] / b["peak"], at_least(1.1))
+    ledger.note("peaks", {label(p, kk, L): v for (p, kk), v in pk.items()})
     return (f"At L = {L}, √L segments (every {k} blocks) keep {s['saved'] / MiB:.1f} MiB between forward and backward "
             f"— less than checkpointing every block ({b['saved'] / MiB:.1f} MiB) — but the step's peak is "
             f"{s['peak'] / MiB:.1f} MiB against {b['peak'] / MiB:.1f} MiB: backward must recompute a whole segment at "
@@ -314,36 +330,12 @@ def peak_summary(S: Settings, pk: dict) -> str:
             "transformer block stores 16 times its input, so here the best segment is a single block.")
 
 
-def overhead_summary(times: dict[str, list[float]]) -> str:
-    ov = overheads(times)
-    parts = ", ".join(f"{n} {v['ratio']:.2f}×" for n, v in ov.items() if n != "none")
-    return (f"Step time relative to no checkpointing (median of {len(times['none'])} interleaved rounds): {parts}. "
-            "Recomputing a block costs one more forward pass of it; with backward ≈ 2 forwards, that is ≈ +33% when "
-            "every block is recomputed, less for a sub-block. The seeds quote 30–40%.")
-
-
-def claims(S: Settings, *, depth: dict, shapes: dict, pk: dict, times: dict) -> Ledger:
-    ledger = Ledger("05_activation_checkpointing")
-    for L in (8, 16):
-        if ("none", 1, L) in depth:
-            ledger.add(f"ratio_{L}", f"At L = {L}, per-block checkpointing saves ≥ 5× activation memory (none ÷ block)",
-                       ratio_at(depth, L), at_least(5), source="seeds: 5–10×")
-    E = S.batch_size * S.seq_len * S.n_embd * 4
-    ledger.add("slope_block", "Checkpointing every block is not O(1): each layer still adds its input (slope ÷ input "
-               "bytes)", slope(depth, "block") / E, between(0.99, 1.01), source="seeds: O(1)")
-    ledger.add("slope_none", "Without checkpointing each layer adds 16 inputs' worth (slope ÷ input bytes, plus "
-               "fp32 statistics)", slope(depth, "none") / E, between(16.0, 16.3))
-    ledger.add("predicted", "Predicted activation bytes within 10% of measured, every policy, every shape swept "
-               "(worst relative error)", worst_prediction_error(depth, shapes["T"], shapes["B"]), at_most(0.10))
-    L = max(S.layers)
-    k = max(1, round(math.sqrt(L)))
-    if k > 1:
-        ledger.add("sqrt_peak", f"√L segments keep less than every block but peak higher (peak of every {k} ÷ peak "
-                   "of every block)", pk[("every_k", k)]["peak"] / pk[("block", 1)]["peak"], at_least(1.1))
+def overhead_findings(ledger: Ledger, times: dict[str, list[float]]) -> str:
     ov = overheads(times)
     ledger.add("overhead", "Recomputing every block costs extra time, at most about one more forward + some overhead "
                "(step time ÷ none, same run)", ov["block"]["ratio"], between(1.05, 2.0), source="seeds: +30–40%")
     ledger.note("overheads", ov)
-    ledger.note("slopes_bytes_per_layer", {p: slope(depth, p) for p in ("none", "attn", "mlp", "block")})
-    ledger.note("peaks", {label(p, k, max(S.layers)): v for (p, k), v in pk.items()})
-    return ledger
+    parts = ", ".join(f"{n} {v['ratio']:.2f}×" for n, v in ov.items() if n != "none")
+    return (f"Step time relative to no checkpointing (median of {len(times['none'])} interleaved rounds): {parts}. "
+            "Recomputing a block costs one more forward pass of it; with backward ≈ 2 forwards, that is ≈ +33% when "
+            "every block is recomputed, less for a sub-block. The seeds quote 30–40%.")

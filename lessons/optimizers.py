@@ -467,8 +467,27 @@ def beta2_figure(natural: dict[float, History], surged: dict[float, History], st
 
 # --- what was measured, in words -----------------------------------------------------------------
 
-def toy_summary(rates: dict[str, np.ndarray]) -> str:
+def parity_findings(ledger: Ledger, parity_diffs: dict[str, float]) -> str:
+    worst = max(parity_diffs.values())
+    ledger.add("parity", "Each from-scratch optimizer matches torch.optim (max |Δθ| after 25 steps)", worst,
+               at_most(1e-6))
+    return "Max |Δθ| after 25 steps against torch.optim: " + ", ".join(
+        f"{name} {d:.1e}" for name, d in parity_diffs.items()) + "."
+
+
+def toy_findings(ledger: Ledger, rates: dict[str, np.ndarray]) -> str:
     l2, w = rates["AdamL2"], rates["AdamW"]
+    predicted = np.array([predicted_l2_decay(s) for s in TOY_SIGMAS])
+    ledger.add("toy_l2_falls", "Toy: under Adam + L2 the effective decay falls as gradient noise grows "
+               f"(decay at σ = {TOY_SIGMAS[0]:g} ÷ decay at σ = {TOY_SIGMAS[-1]:g}; predicted "
+               f"{predicted[0] / predicted[-1]:.0f})", l2[0] / l2[-1], at_least(30), source="Loshchilov & Hutter 2019")
+    ledger.add("toy_l2_formula", "Toy: … following lr·λ/√(σ² + λ²θ²), capped at lr/θ (worst ratio measured ÷ "
+               "predicted over σ, as max(r, 1/r))", float(np.exp(np.abs(np.log(l2 / predicted)).max())), at_most(1.5))
+    ledger.add("toy_w_flat", "Toy: under AdamW it does not (max ÷ min decay across all σ)", w.max() / w.min(),
+               at_most(1.05))
+    ledger.add("toy_w_value", f"Toy: AdamW's decay per step is lr·λ = {TOY_LR * TOY_WD:g} (mean over σ, ±5%)",
+               w.mean(), approx(TOY_LR * TOY_WD, rel=0.05))
+    ledger.note("toy_rates", {k: v.tolist() for k, v in rates.items()})
     return (f"Measured: AdamW's decay is {w.min():.5g}–{w.max():.5g} per step at every noise level (lr·λ = "
             f"{TOY_LR * TOY_WD:g}). Adam + L2's falls from {l2[0]:.3g} at σ = {TOY_SIGMAS[0]:g} to {l2[-1]:.3g} at σ = "
             f"{TOY_SIGMAS[-1]:g}, a factor {l2[0] / l2[-1]:.0f}. At small σ the decay term dominates the gradient, so "
@@ -476,22 +495,31 @@ def toy_summary(rates: dict[str, np.ndarray]) -> str:
             "which is why the smallest-σ points sit above the exponential prediction.")
 
 
-def groups_summary(S: Settings, runs: dict[str, History]) -> str:
+def groups_findings(ledger: Ledger, S: Settings, runs: dict[str, History]) -> str:
     amp = final_amplification(runs["AdamL2"])
     order = sorted(amp, key=amp.get)
+    mlp_w, mlp_l2 = runs["AdamW"].extra["norm/mlp"][-1], runs["AdamL2"].extra["norm/mlp"][-1]
+    ledger.add("gpt_uneven", "GPT: Adam + L2 decays parameter groups unevenly (max ÷ min of A over groups, end of "
+               "training)", max(amp.values()) / min(amp.values()), at_least(3))
+    ledger.add("gpt_stronger", f"GPT: at the same λ = {S.weight_decay:g}, Adam + L2 shrinks the weights more than "
+               "AdamW (AdamW's final ‖θ‖ of the MLP ÷ Adam + L2's)", mlp_w / mlp_l2, at_least(1.2))
+    ledger.note("amplification", amp)
     parts = ", ".join(f"{r} {amp[r]:.0f}×" for r in order)
     return (f"At the end of training, Adam + L2's decay per group was A times AdamW's: {parts}. With the same "
-            f"λ = {S.weight_decay:g}, it shrank the weights far more (MLP ‖θ‖ "
-            f"{runs['AdamL2'].extra['norm/mlp'][-1]:.2f} vs {runs['AdamW'].extra['norm/mlp'][-1]:.2f} under AdamW) and "
-            f"reached val loss {runs['AdamL2'].final_val_loss:.3f} vs AdamW's {runs['AdamW'].final_val_loss:.3f}. The "
-            f"group with the largest gradient history ({order[0]}) was decayed least and {order[-1]} most: one λ, very "
-            "different regularisation per group.")
+            f"λ = {S.weight_decay:g}, it shrank the weights far more (MLP ‖θ‖ {mlp_l2:.2f} vs {mlp_w:.2f} under AdamW) "
+            f"and reached val loss {runs['AdamL2'].final_val_loss:.3f} vs AdamW's {runs['AdamW'].final_val_loss:.3f}. "
+            f"The group with the largest gradient history ({order[0]}) was decayed least and {order[-1]} most: one λ, "
+            "very different regularisation per group.")
 
 
-def landscape_summary(S: Settings, grid: dict[tuple, History]) -> str:
+def landscape_findings(ledger: Ledger, S: Settings, grid: dict[tuple, History]) -> str:
     b = {name: best_cell(S, grid, name) for name in OPTIMIZERS}
     spread = {name: wd_spread(S, grid, name) for name in OPTIMIZERS}
     gain = {name: grid[(name, b[name][0], S.grid_wds[0])].final_val_loss - b[name][2] for name in OPTIMIZERS}
+    ledger.add("landscape", "Landscape: λ matters far more to Adam + L2 (val-loss spread across the λ grid at the "
+               "best lr, Adam + L2 ÷ AdamW)", spread["AdamL2"] / max(spread["AdamW"], 1e-4), at_least(3))
+    ledger.note("best_cells", b)
+    ledger.note("wd_spread", spread)
     helped = max(gain.values())
     verdict = (f"Weight decay barely helped here (the best λ beat the smallest by at most {helped:.3f} nats): in runs "
                "this short the model hardly overfits, so what the landscape shows is how differently the same λ "
@@ -506,8 +534,16 @@ def landscape_summary(S: Settings, grid: dict[tuple, History]) -> str:
             "the gradient's scale, not from the lr.")
 
 
-def memory_summary(table: dict[str, dict]) -> str:
-    a = table["Adafactor"]
+def memory_findings(ledger: Ledger, memory: dict[str, dict]) -> str:
+    for name, row in memory.items():
+        if name == "Adafactor":
+            ledger.add("mem_adafactor", "Adafactor (no momentum) keeps far less than the seeds' ≈4 bytes/param: "
+                       "row and column factors only", row["ours"], at_most(1.0), source="seeds say ≈ 4")
+        else:
+            ledger.add(f"mem_{name}", f"{name}: {row['seeds']} bytes of state per parameter", row["ours"],
+                       approx(row["seeds"], abs=0.01), source="seeds' table")
+    ledger.note("memory_bytes_per_param", memory)
+    a = memory["Adafactor"]
     return (f"Every measured value matches the seeds' table except Adafactor: {a['ours']:.3f} bytes/param here "
             f"(torch.optim.Adafactor: {a['torch']:.3f}), not ≈ 4. Without momentum, Adafactor stores only a row and a "
             "column factor per matrix (n + m numbers for n·m weights) and a full second moment only for vectors "
@@ -516,9 +552,17 @@ def memory_summary(table: dict[str, dict]) -> str:
             "one-element tensor per parameter tensor.")
 
 
-def beta2_summary(S: Settings, natural: dict[float, History], surged: dict[float, History]) -> str:
+def beta2_findings(ledger: Ledger, S: Settings, natural: dict[float, History], surged: dict[float, History]) -> str:
     n = {b: spike_stats(natural[b]) for b in BETA2S}
     st = {b: surge_stats(surged[b], S.beta2_steps) for b in BETA2S}
+    ledger.add("surge_overshoot", f"After a ×{S.surge_factor:g} gradient surge, β2 = 0.999's update overshoots "
+               "more than β2 = 0.95's (ratio of their update-RMS overshoots)",
+               st[0.999]["overshoot"] / st[0.95]["overshoot"], at_least(1.25))
+    ledger.add("surge_val", "… and its validation loss rises more (val rise of 0.999 − val rise of 0.95)",
+               st[0.999]["val_rise"] - st[0.95]["val_rise"], at_least(0.02))
+    for b in BETA2S:
+        ledger.note(f"natural_beta2_{b}", n[b])
+        ledger.note(f"surge_beta2_{b}", st[b])
     return (f"At lr = {S.beta2_lr:g} with no surge, the two settings behaved alike at this scale: "
             f"{n[0.999]['jumps']} vs {n[0.95]['jumps']} step-to-step loss jumps above 0.3 nats (β2 = 0.999 vs 0.95), "
             f"final val {n[0.999]['final_val']:.3f} vs {n[0.95]['final_val']:.3f} — the instability larger models show "
@@ -527,56 +571,3 @@ def beta2_summary(S: Settings, natural: dict[float, History], surged: dict[float
             f"{st[0.999]['update_max_after']:.2f}) and β2 = 0.95's {st[0.95]['overshoot']:.1f}×; validation loss rose "
             f"by {st[0.999]['val_rise']:.3f} vs {st[0.95]['val_rise']:.3f}. A slow v̂ lags behind a gradient that "
             "suddenly grows, so m̂/√v̂ overshoots until v̂ catches up (≈ 1/(1 − β2) steps).")
-
-
-# --- claims --------------------------------------------------------------------------------------
-
-def claims(S: Settings, *, parity_diffs: dict[str, float], rates: dict[str, np.ndarray], runs: dict[str, History],
-           grid: dict[tuple, History],
-           memory: dict[str, dict], surged: dict[float, History], natural: dict[float, History]) -> Ledger:
-    ledger = Ledger("01_adamw_vs_adam_l2")
-    worst = max(parity_diffs.values())
-    ledger.add("parity", "Each from-scratch optimizer matches torch.optim (max |Δθ| after 25 steps)", worst,
-               at_most(1e-6))
-    l2, w = rates["AdamL2"], rates["AdamW"]
-    predicted = np.array([predicted_l2_decay(s) for s in TOY_SIGMAS])
-    ledger.add("toy_l2_falls", "Toy: under Adam + L2 the effective decay falls as gradient noise grows "
-               f"(decay at σ = {TOY_SIGMAS[0]:g} ÷ decay at σ = {TOY_SIGMAS[-1]:g}; predicted "
-               f"{predicted[0] / predicted[-1]:.0f})", l2[0] / l2[-1], at_least(30), source="Loshchilov & Hutter 2019")
-    ledger.add("toy_l2_formula", "Toy: … following lr·λ/√(σ² + λ²θ²), capped at lr/θ (worst ratio measured ÷ "
-               "predicted over σ, as max(r, 1/r))", float(np.exp(np.abs(np.log(l2 / predicted)).max())), at_most(1.5))
-    ledger.add("toy_w_flat", "Toy: under AdamW it does not (max ÷ min decay across all σ)", w.max() / w.min(),
-               at_most(1.05))
-    ledger.add("toy_w_value", f"Toy: AdamW's decay per step is lr·λ = {TOY_LR * TOY_WD:g} (mean over σ, ±5%)",
-               w.mean(), approx(TOY_LR * TOY_WD, rel=0.05))
-    amp = final_amplification(runs["AdamL2"])
-    ledger.add("gpt_uneven", "GPT: Adam + L2 decays parameter groups unevenly (max ÷ min of A over groups, end of "
-               "training)", max(amp.values()) / min(amp.values()), at_least(3))
-    ledger.add("gpt_stronger", f"GPT: at the same λ = {S.weight_decay:g}, Adam + L2 shrinks the weights more than "
-               "AdamW (AdamW's final ‖θ‖ of the MLP ÷ Adam + L2's)",
-               runs["AdamW"].extra["norm/mlp"][-1] / runs["AdamL2"].extra["norm/mlp"][-1], at_least(1.2))
-    spread_l2, spread_w = wd_spread(S, grid, "AdamL2"), wd_spread(S, grid, "AdamW")
-    ledger.add("landscape", "Landscape: λ matters far more to Adam + L2 (val-loss spread across the λ grid at the "
-               "best lr, Adam + L2 ÷ AdamW)", spread_l2 / max(spread_w, 1e-4), at_least(3))
-    for name, row in memory.items():
-        if name == "Adafactor":
-            ledger.add("mem_adafactor", "Adafactor (no momentum) keeps far less than the seeds' ≈4 bytes/param: "
-                       "row and column factors only", row["ours"], at_most(1.0), source="seeds say ≈ 4")
-        else:
-            ledger.add(f"mem_{name}", f"{name}: {row['seeds']} bytes of state per parameter", row["ours"],
-                       approx(row["seeds"], abs=0.01), source="seeds' table")
-    st = {b: surge_stats(surged[b], S.beta2_steps) for b in BETA2S}
-    ledger.add("surge_overshoot", f"After a ×{S.surge_factor:g} gradient surge, β2 = 0.999's update overshoots "
-               "more than β2 = 0.95's (ratio of their update-RMS overshoots)",
-               st[0.999]["overshoot"] / st[0.95]["overshoot"], at_least(1.25))
-    ledger.add("surge_val", "… and its validation loss rises more (val rise of 0.999 − val rise of 0.95)",
-               st[0.999]["val_rise"] - st[0.95]["val_rise"], at_least(0.02))
-    for b in BETA2S:
-        ledger.note(f"natural_beta2_{b}", spike_stats(natural[b]))
-        ledger.note(f"surge_beta2_{b}", st[b])
-    ledger.note("toy_rates", {k: v.tolist() for k, v in rates.items()})
-    ledger.note("amplification", amp)
-    ledger.note("best_cells", {name: best_cell(S, grid, name) for name in OPTIMIZERS})
-    ledger.note("wd_spread", {"AdamL2": spread_l2, "AdamW": spread_w})
-    ledger.note("memory_bytes_per_param", memory)
-    return ledger

@@ -44,6 +44,7 @@ class Settings:
     master_steps: int      # length of the fp32-master vs pure-bf16 runs
     master_lr: float
     speed_steps: int       # timed training steps per precision
+    matmul_size: int = 1024  # n of the timed n×n matrix products
     seed: int = 0
 
     def __post_init__(self):
@@ -53,12 +54,14 @@ class Settings:
         check_range("MASTER_STEPS", self.master_steps, 40, 1_000_000, int)
         check_range("MASTER_LR", self.master_lr, 1e-6, 1.0)
         check_range("SPEED_STEPS", self.speed_steps, 1, 1000, int)
+        check_range("MATMUL_SIZE", self.matmul_size, 16, 16384, int)
         check_range("SEED", self.seed, 0, 2**31 - 1, int)
 
 
 PROFILES = {
-    "smoke": Settings("smoke", n_layer=2, n_embd=64, block_size=64, batch_size=16, scaling_steps=100, shrink_exp=16,
-                      growth_interval=5, master_steps=150, master_lr=1e-3, speed_steps=3),
+    # smoke keeps the reduced-precision runs small: a CPU without bf16/fp16 units emulates those products
+    "smoke": Settings("smoke", n_layer=2, n_embd=64, block_size=32, batch_size=16, scaling_steps=50, shrink_exp=16,
+                      growth_interval=5, master_steps=80, master_lr=1e-3, speed_steps=3, matmul_size=512),
     "cpu": Settings("cpu", n_layer=2, n_embd=64, block_size=64, batch_size=16, scaling_steps=300, shrink_exp=16,
                     growth_interval=10, master_steps=400, master_lr=1e-3, speed_steps=10),
     "gpu": Settings("gpu", n_layer=6, n_embd=384, block_size=256, batch_size=64, scaling_steps=1000, shrink_exp=16,
@@ -394,8 +397,8 @@ def cpu_flags() -> list[str]:
 
 
 def speed(S: Settings) -> dict[str, dict[str, float]]:
-    """Median ms per training step (forward, backward, AdamW) under each autocast precision, and per 1024×1024
-    matrix product in each dtype: the step shows the overheads, the product the arithmetic units."""
+    """Median ms per training step (forward, backward, AdamW) under each autocast precision, and per n×n
+    (S.matmul_size) matrix product in each dtype: the step shows the overheads, the product the arithmetic units."""
     text = corpus()
     dev = pick_device()
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
@@ -417,7 +420,7 @@ def speed(S: Settings) -> dict[str, dict[str, float]]:
             if i:  # the first step warms up
                 times.append((time.perf_counter() - t0) * 1e3)
         step[precision] = float(np.median(times))
-        a = torch.randn(1024, 1024, device=dev).to(FORMATS[precision].dtype)
+        a = torch.randn(S.matmul_size, S.matmul_size, device=dev).to(FORMATS[precision].dtype)
         times = []
         for i in range(4):
             sync()
@@ -427,36 +430,92 @@ def speed(S: Settings) -> dict[str, dict[str, float]]:
             if i:
                 times.append((time.perf_counter() - t0) * 1e3)
         matmul[precision] = float(np.median(times))
-    return {"step": step, "matmul": matmul}
+    return {"step": step, "matmul": matmul, "matmul_size": S.matmul_size}
 
 
 # --- words and claims ------------------------------------------------------------------------------------------------
 
-def overflow_summary(sweep: dict[float, dict]) -> str:
+def formats_findings(ledger: Ledger) -> str:
+    for name, f in FORMATS.items():
+        if f.dtype is not None:
+            fi = torch.finfo(f.dtype)
+            ledger.add(f"finfo_{name}", f"{name}: largest, smallest normal and eps from the bit widths equal "
+                       "torch.finfo", (f.max, f.min_normal, f.eps) == (fi.max, fi.smallest_normal, fi.eps), is_true())
+    for name, (largest, digits) in COMMONLY_QUOTED.items():
+        ledger.add(f"quoted_{name}", f"{name}: the commonly quoted largest value {largest:g} (±1%)", FORMATS[name].max,
+                   approx(largest, rel=0.01), source="common tables")
+    one = decompose(1 + 2**-9, "bf16").stored
+    ledger.add("bf16_one", "1 + 2⁻⁹ is stored as exactly 1 in bf16", one == 1.0, is_true())
+    return f"Computed from the bit widths and checked against torch.finfo; 1 + 2⁻⁹ in bf16 is stored as {one:g}."
+
+
+def overflow_findings(ledger: Ledger, sweep: dict[float, dict]) -> str:
     predicted, observed = overflow_threshold(sweep)
     bf16_ok = all(math.isfinite(r["bf16"]["loss"]) for r in sweep.values())
     first = next((sweep[k]["fp16"]["first_nonfinite"] for k in OVERFLOW_SCALES if sweep[k]["fp16"]["first_nonfinite"]),
                  None)
+    ledger.add("fp16_overflow", "Residual stream scaled past 65504: fp16's loss is not finite at the largest k",
+               not math.isfinite(sweep[OVERFLOW_SCALES[-1]]["fp16"]["loss"]), is_true())
+    ledger.add("fp16_fine_small", "… and is finite (equal to fp32's within 1%) at k = 1",
+               abs(sweep[1.0]["fp16"]["loss"] / sweep[1.0]["fp32"]["loss"] - 1), at_most(0.01))
+    ledger.add("bf16_no_overflow", "bf16's loss stays finite at every k", bf16_ok, is_true())
+    ledger.add("overflow_where_predicted", "fp16 fails where 65504 ÷ max|embedding| predicts (first failing k on the "
+               "grid ÷ predicted: within one grid step, a factor √10, above)", (observed or math.inf) / predicted,
+               between(1.0, math.sqrt(10)))
+    ledger.note("overflow_threshold", {"predicted": predicted, "observed": observed})
     return (f"The largest token-embedding value is {sweep[1.0]['fp32']['acts']['transformer.wte']:.3g}, so fp16 should "
             f"give up near k ≈ {predicted:.3g}; on the grid, fp16's loss is first non-finite at k = "
             f"{observed:.3g}{f', starting in `{first}`' if first else ''}. bf16 stayed finite at every k "
             f"({'yes' if bf16_ok else 'no'}): its exponent is fp32's, so its largest number is 3.4 × 10³⁸, not 65504.")
 
 
-def scaling_summary(S: Settings, runs: dict[str, History]) -> str:
+def underflow_findings(ledger: Ledger, grads: np.ndarray) -> str:
+    fr0, fr16 = fp16_fractions(grads, 0), fp16_fractions(grads, 16)
+    ledger.add("underflow", "Some real gradients flush to zero in fp16 (fraction of parameters' gradient entries)",
+               fr0["flushed"], at_least(1e-4))
+    ledger.add("underflow_recovered", "A scale of 2¹⁶ recovers them (flushed with S = 2¹⁶ ÷ without)",
+               fr16["flushed"] / max(fr0["flushed"], 1e-12), at_most(0.2))
+    ledger.note("fp16_fractions", {"S=1": fr0, "S=2^16": fr16})
+    return (f"Of this model's real gradient entries, {fr0['flushed']:.2%} flush to zero in fp16 and "
+            f"{fr0['subnormal']:.1%} are subnormal; scaled by 2¹⁶, {fr16['flushed']:.2%} flush.")
+
+
+def scaling_findings(ledger: Ledger, S: Settings, runs: dict[str, History]) -> str:
     k = S.shrink_exp
     f = {n: h.final_val_loss for n, h in runs.items()}
-    dyn = runs["fp16, dynamic"]
+    dyn, none, fp32 = runs["fp16, dynamic"], runs["fp16, no scaler"], runs["fp32"]
+    high = runs[f"fp16, static 2^{k + 24}"]
+    ledger.add("no_scaler_stalls", f"Gradients at 2⁻{k}: fp16 without a scaler learns nothing (val loss drop)",
+               none.val_loss[0] - none.final_val_loss, at_most(0.05))
+    ledger.add("fp32_learns", "… while fp32 learns (val loss drop)", fp32.val_loss[0] - fp32.final_val_loss,
+               at_least(0.5))
+    ledger.add("static_right", f"A static scale of 2^{k} trains like fp32 (|Δ final val| ≤ 0.1; fp16 rounding "
+               "drifts the runs apart by a few hundredths, while a scale that fails loses the whole drop above)",
+               abs(f[f"fp16, static 2^{k}"] - f["fp32"]), at_most(0.1))
+    ledger.add("static_too_high", f"A static scale of 2^{k + 24} overflows: every step skipped (fraction)",
+               float(np.mean(high.skipped)), approx(1.0, abs=1e-9))
+    ledger.add("dynamic_backs_off", "The dynamic scaler both grows and backs off (skipped steps)", sum(dyn.skipped),
+               at_least(1))
+    ledger.add("dynamic_matches", "… and trains close to fp32; the steps it skips cost a little (|Δ final val| ≤ 0.1)",
+               abs(f["fp16, dynamic"] - f["fp32"]), at_most(0.1))
+    ledger.note("scaling_final_val", f)
     return (f"Final val loss: {', '.join(f'{n} {v:.3f}' for n, v in f.items())}. Without a scaler every fp16 gradient "
             f"was flushed to zero and nothing was learned. A static 2^{k} undoes the 2^-{k} exactly; a static "
-            f"2^{k + 24} overflowed on {sum(runs[f'fp16, static 2^{k + 24}'].skipped)} of {S.scaling_steps} steps, all "
+            f"2^{k + 24} overflowed on {sum(high.skipped)} of {S.scaling_steps} steps, all "
             f"skipped. The dynamic scaler started at 2^16, grew every {S.growth_interval} clean steps, backed off "
             f"{sum(dyn.skipped)} times, and ended at 2^{math.log2(dyn.loss_scale[-1]):.0f}.")
 
 
-def master_summary(runs: dict[str, History]) -> str:
+def master_findings(ledger: Ledger, runs: dict[str, History]) -> str:
     st = master_stats(runs)
     a, b = st["fp32 master + bf16 compute"], st["pure bf16 weights"]
+    ledger.add("bf16_stagnates", "Pure bf16 weights: late in training a step leaves most weights unchanged "
+               "(fraction unchanged)", b["unchanged_late"], at_least(0.3))
+    ledger.add("ln_frozen", "… and the LayerNorm gains frozen (fraction unchanged)", b["ln_unchanged_late"],
+               at_least(0.9))
+    ledger.add("master_moves", "With fp32 master weights, almost every weight moves (fraction unchanged)",
+               a["unchanged_late"], at_most(0.01))
+    ledger.note("master", st)
     return (f"In the last quarter of training, a step left {b['unchanged_late']:.0%} of the pure-bf16 weights exactly "
             f"unchanged (LayerNorm gains: {b['ln_unchanged_late']:.0%}), against {a['unchanged_late']:.1%} with an "
             f"fp32 master copy. Final val loss: {b['final_val']:.3f} pure bf16, {a['final_val']:.3f} with the master. "
@@ -464,74 +523,16 @@ def master_summary(runs: dict[str, History]) -> str:
             f"{runs['pure bf16 weights'].lr[-1]:.1e} rounds back to where it was.")
 
 
-def speed_summary(ms: dict[str, dict[str, float]]) -> str:
-    st, mm = ms["step"], ms["matmul"]
+def speed_findings(ledger: Ledger, ms: dict[str, dict[str, float]]) -> str:
+    st, mm, n = ms["step"], ms["matmul"], ms["matmul_size"]
     flags = cpu_flags()
+    ledger.note("ms_per_step", ms)
+    ledger.note("cpu_flags", flags)
     return (f"Per training step of this lesson's small model: fp32 {st['fp32']:.1f} ms, bf16 {st['bf16']:.1f} ms, fp16 "
-            f"{st['fp16']:.1f} ms. Per 1024×1024 matrix product: fp32 {mm['fp32']:.2f} ms, bf16 {mm['bf16']:.2f} ms, "
+            f"{st['fp16']:.1f} ms. Per {n}×{n} matrix product: fp32 {mm['fp32']:.2f} ms, bf16 {mm['bf16']:.2f} ms, "
             f"fp16 {mm['fp16']:.2f} ms. "
             + (f"This CPU reports {', '.join(flags)}. " if flags else "")
             + "At small sizes the casts autocast inserts can cost more than the narrower products save; at large sizes "
             "the products dominate. Without native fp16 (no `avx512_fp16`/`amx_fp16`) a CPU emulates fp16 products — "
             "this lab measured them 78–170× slower than fp32 on such a machine — which is why the fp16 runs here are "
             "kept tiny. On a GPU, bf16 and fp16 both run on tensor cores.")
-
-
-def claims(S: Settings, *, sweep: dict, grads: np.ndarray, scaling: dict[str, History],
-           master: dict[str, History], ms: dict[str, float]) -> Ledger:
-    ledger = Ledger("04_mixed_precision")
-    for name, f in FORMATS.items():
-        if f.dtype is not None:
-            fi = torch.finfo(f.dtype)
-            ledger.add(f"finfo_{name}", f"{name}: largest, smallest normal and eps from the bit widths equal "
-                       "torch.finfo",
-                       (f.max, f.min_normal, f.eps) == (fi.max, fi.smallest_normal, fi.eps), is_true())
-    for name, (largest, digits) in COMMONLY_QUOTED.items():
-        ledger.add(f"quoted_{name}", f"{name}: the commonly quoted largest value {largest:g} (±1%)", FORMATS[name].max,
-                   approx(largest, rel=0.01), source="common tables")
-    ledger.add("bf16_one", "1 + 2⁻⁹ is stored as exactly 1 in bf16", decompose(1 + 2**-9, "bf16").stored == 1.0,
-               is_true())
-    predicted, observed = overflow_threshold(sweep)
-    ledger.add("fp16_overflow", "Residual stream scaled past 65504: fp16's loss is not finite at the largest k",
-               not math.isfinite(sweep[OVERFLOW_SCALES[-1]]["fp16"]["loss"]), is_true())
-    ledger.add("fp16_fine_small", "… and is finite (equal to fp32's within 1%) at k = 1",
-               abs(sweep[1.0]["fp16"]["loss"] / sweep[1.0]["fp32"]["loss"] - 1), at_most(0.01))
-    ledger.add("bf16_no_overflow", "bf16's loss stays finite at every k", all(math.isfinite(r["bf16"]["loss"])
-                                                                             for r in sweep.values()), is_true())
-    ledger.add("overflow_where_predicted", "fp16 fails where 65504 ÷ max|embedding| predicts (first failing k on the "
-               "grid ÷ predicted: within one grid step, a factor √10, above)", (observed or math.inf) / predicted,
-               between(1.0, math.sqrt(10)))
-    fr0, fr16 = fp16_fractions(grads, 0), fp16_fractions(grads, 16)
-    ledger.add("underflow", "Some real gradients flush to zero in fp16 (fraction of parameters' gradient entries)",
-               fr0["flushed"], at_least(1e-4))
-    ledger.add("underflow_recovered", "A scale of 2¹⁶ recovers them (flushed with S = 2¹⁶ ÷ without)",
-               fr16["flushed"] / max(fr0["flushed"], 1e-12), at_most(0.2))
-    f = {n: h for n, h in scaling.items()}
-    k = S.shrink_exp
-    ledger.add("no_scaler_stalls", f"Gradients at 2⁻{k}: fp16 without a scaler learns nothing (val loss drop)",
-               f["fp16, no scaler"].val_loss[0] - f["fp16, no scaler"].final_val_loss, at_most(0.05))
-    ledger.add("fp32_learns", "… while fp32 learns (val loss drop)", f["fp32"].val_loss[0] - f["fp32"].final_val_loss,
-               at_least(0.5))
-    ledger.add("static_right", f"A static scale of 2^{k} matches fp32 (|Δ final val|)",
-               abs(f[f"fp16, static 2^{k}"].final_val_loss - f["fp32"].final_val_loss), at_most(0.03))
-    ledger.add("static_too_high", f"A static scale of 2^{k + 24} overflows: every step skipped (fraction)",
-               float(np.mean(f[f"fp16, static 2^{k + 24}"].skipped)), approx(1.0, abs=1e-9))
-    dyn = f["fp16, dynamic"]
-    ledger.add("dynamic_backs_off", "The dynamic scaler both grows and backs off (skipped steps)", sum(dyn.skipped),
-               at_least(1))
-    ledger.add("dynamic_matches", "… and trains close to fp32; the steps it skips cost a little (|Δ final val| ≤ 0.1)",
-               abs(dyn.final_val_loss - f["fp32"].final_val_loss), at_most(0.1))
-    st = master_stats(master)
-    ledger.add("bf16_stagnates", "Pure bf16 weights: late in training a step leaves most weights unchanged "
-               "(fraction unchanged)", st["pure bf16 weights"]["unchanged_late"], at_least(0.3))
-    ledger.add("ln_frozen", "… and the LayerNorm gains frozen (fraction unchanged)",
-               st["pure bf16 weights"]["ln_unchanged_late"], at_least(0.9))
-    ledger.add("master_moves", "With fp32 master weights, almost every weight moves (fraction unchanged)",
-               st["fp32 master + bf16 compute"]["unchanged_late"], at_most(0.01))
-    ledger.note("overflow_threshold", {"predicted": predicted, "observed": observed})
-    ledger.note("fp16_fractions", {"S=1": fr0, "S=2^16": fr16})
-    ledger.note("scaling_final_val", {n: h.final_val_loss for n, h in scaling.items()})
-    ledger.note("master", st)
-    ledger.note("ms_per_step", ms)
-    ledger.note("cpu_flags", cpu_flags())
-    return ledger

@@ -106,6 +106,12 @@ def clip_parity(S: Settings, max_norm: float = 0.1) -> tuple[float, float]:
 
 # --- the experiment ---------------------------------------------------------------
 
+
+def clip_parity_findings(ledger: Ledger, clip_diff: float, norm: float) -> str:
+    ledger.add("clip_parity", "Clipping written out matches torch.nn.utils.clip_grad_norm_ (max |Δg|)", clip_diff,
+               at_most(1e-7))
+    return f"Pre-clip norm {norm:.3f}; max |ours − torch| after clipping to 0.1: {clip_diff:.1e}."
+
 def bad_batch(S: Settings, text: data.Corpus) -> tuple[torch.Tensor, torch.Tensor]:
     """A data-pipeline failure: a batch of one character repeated (as from a corrupt shard or runaway padding)."""
     X = torch.full((S.batch_size, S.block_size + 1), text.encode("~")[0], dtype=torch.long)
@@ -317,8 +323,25 @@ def effective_batch_panel() -> Panel:
 
 # --- words and claims ---------------------------------------------------------------------------------------------
 
-def clipping_summary(S: Settings, runs: dict[tuple, History]) -> str:
-    d = {(o, c): damage(S, runs, o, c) for o in ("AdamW", "SGD") for c in (None, 1.0)}
+def damages(S: Settings, runs: dict[tuple, History]) -> dict[tuple, dict]:
+    """damage() of every (optimizer, clip) pair of the clipping experiment."""
+    return {(o, c): damage(S, runs, o, c) for o in ("AdamW", "SGD") for c in (None, 1.0)}
+
+
+def clipping_findings(ledger: Ledger, S: Settings, runs: dict[tuple, History]) -> str:
+    d = damages(S, runs)
+    a = d[("AdamW", None)]
+    ledger.add("bad_norm", "A bad batch's gradient norm is far above a typical step's (ratio, AdamW)",
+               a["bad_grad_norm"] / a["typical_grad_norm"], at_least(5))
+    for key, claim in clip_claims(d, S.clip_steps).items():
+        ledger.add(key, *claim)
+    ledger.add("adam_vs_sgd", "Unclipped, the same bad batches hurt SGD more than AdamW (peak excess SGD ÷ AdamW)",
+               d[("SGD", None)]["peak_excess"] / max(d[("AdamW", None)]["peak_excess"], 1e-3), at_least(1.5))
+    ledger.note("damage", {f"{o} clip={c}": v for (o, c), v in d.items()})
+    if S.clip_steps < MIN_CLIP_STEPS:
+        ledger.note("clip_claims", f"runs of {S.clip_steps} steps are too short to show clipping's benefit reliably; "
+                    f"tests/test_lesson_stability.py runs the {MIN_CLIP_STEPS}-step experiment")
+
     def rec(x):
         if x["recovery_steps"] is None:
             return "did not recover within the run"
@@ -346,11 +369,22 @@ def clipping_summary(S: Settings, runs: dict[tuple, History]) -> str:
     return "\n".join(lines)
 
 
-def accumulation_summary(S: Settings, runs: dict[str, History], max_grad_diff: float) -> str:
+def accumulation_findings(ledger: Ledger, S: Settings, runs: dict[str, History], max_grad_diff: float) -> str:
     k = S.accum_k
     v = {n: h.final_val_loss for n, h in runs.items()}
     same = max(abs(a - b) for a, b in zip(runs["SGD · sum (bug)"].loss, runs[f"SGD · mean, lr × {k}"].loss))
     early = max(abs(a - b) for a, b in zip(runs["AdamW · sum (bug)"].loss[:5], runs["AdamW · mean"].loss[:5]))
+    clipped = {n: clipped_fraction(runs[n]) for n in ("AdamW · sum (bug) · clip 1", "AdamW · mean · clip 1")}
+    ledger.add("accum_equal", f"{k} micro-batches ≡ one batch: max gradient difference", max_grad_diff, at_most(1e-6))
+    ledger.add("sgd_sum_is_lr_k", f"SGD: summing the micro-batch losses is exactly lr × {k} (max |Δ loss| over "
+               "the run)", same, at_most(1e-3))
+    ledger.add("sgd_sum_differs", "… which changes the run (|Δ final val| between summed and averaged SGD)",
+               abs(v["SGD · sum (bug)"] - v["SGD · mean"]), at_least(0.02))
+    ledger.add("adam_sum_harmless", "AdamW without clipping: summed and averaged runs take the same steps "
+               "(max |Δ loss| over the first 5 steps, before rounding differences compound)", early, at_most(1e-5))
+    ledger.add("adam_sum_clips", "AdamW with clipping: the bug makes clipping fire on more steps (fraction clipped, "
+               "sum − mean)", clipped["AdamW · sum (bug) · clip 1"] - clipped["AdamW · mean · clip 1"], at_least(0.2))
+    ledger.note("accum_final_val", v)
     return (f"{k} micro-batches of {S.batch_size // k} gave the same gradients as one batch of {S.batch_size}: max "
             f"difference {max_grad_diff:.1e}. The bug: **SGD** with summed losses ended at val "
             f"{v['SGD · sum (bug)']:.3f} vs {v['SGD · mean']:.3f} averaged — and its loss curve is the averaged run at "
@@ -359,8 +393,8 @@ def accumulation_summary(S: Settings, runs: dict[str, History], max_grad_diff: f
             f"gradient's scale, so both take the same steps (their losses agree to {early:.0e} over the first 5 "
             "steps); later they drift apart the way any two runs whose arithmetic differs in the last bit do. With "
             f"clipping at 1.0 it does: the {k}× larger norm was clipped on "
-            f"{clipped_fraction(runs['AdamW · sum (bug) · clip 1']):.0%} of steps vs "
-            f"{clipped_fraction(runs['AdamW · mean · clip 1']):.0%}, and the runs ended at "
+            f"{clipped['AdamW · sum (bug) · clip 1']:.0%} of steps vs "
+            f"{clipped['AdamW · mean · clip 1']:.0%}, and the runs ended at "
             f"{v['AdamW · sum (bug) · clip 1']:.3f} vs {v['AdamW · mean · clip 1']:.3f}. \"Summing multiplies the "
             "learning rate by k\" is true for SGD; for Adam it is the clipping threshold that changes.")
 
@@ -368,12 +402,11 @@ def accumulation_summary(S: Settings, runs: dict[str, History], max_grad_diff: f
 MIN_CLIP_STEPS = 320  # shorter runs are still in the steep early descent, where paired damage is mostly noise
 
 
-def clip_claims(S: Settings, runs: dict[tuple, History]) -> dict[str, tuple]:
-    """The clipping-benefit claims, for runs long enough to show them (tests/test_lesson_stability.py runs
-    the 320-step experiment when the smoke profile's runs are shorter)."""
-    if S.clip_steps < MIN_CLIP_STEPS:
+def clip_claims(d: dict[tuple, dict], clip_steps: int) -> dict[str, tuple]:
+    """The clipping-benefit claims from the damage statistics d[(optimizer, clip)], for runs long enough to show
+    them (tests/test_lesson_stability.py runs the 320-step experiment when the smoke profile's runs are shorter)."""
+    if clip_steps < MIN_CLIP_STEPS:
         return {}
-    d = {(o, c): damage(S, runs, o, c) for o in ("AdamW", "SGD") for c in (None, 1.0)}
     return {
         "sgd_clip": ("SGD + momentum: clipping at 1.0 cuts the bad batches' damage (peak excess val loss, no clip ÷ "
                      "clip)", d[("SGD", None)]["peak_excess"] / max(d[("SGD", 1.0)]["peak_excess"], 1e-3), at_least(2)),
@@ -383,49 +416,10 @@ def clip_claims(S: Settings, runs: dict[tuple, History]) -> dict[str, tuple]:
     }
 
 
-def claims(S: Settings, *, clip_diff: float, clip_runs: dict[tuple, History], max_grad_diff: float,
-           accum: dict[str, History], batch_redraw_ms: float) -> Ledger:
-    ledger = Ledger("03_stability")
-    ledger.add("clip_parity", "Clipping written out matches torch.nn.utils.clip_grad_norm_ (max |Δg|)", clip_diff,
-               at_most(1e-7))
-    d = {(o, c): damage(S, clip_runs, o, c) for o in ("AdamW", "SGD") for c in (None, 1.0)}
-    a = d[("AdamW", None)]
-    ledger.add("bad_norm", "A bad batch's gradient norm is far above a typical step's (ratio, AdamW)",
-               a["bad_grad_norm"] / a["typical_grad_norm"], at_least(5))
-    for key, claim in clip_claims(S, clip_runs).items():
-        ledger.add(key, *claim)
-    ledger.add("adam_vs_sgd", "Unclipped, the same bad batches hurt SGD more than AdamW (peak excess SGD ÷ AdamW)",
-               d[("SGD", None)]["peak_excess"] / max(d[("AdamW", None)]["peak_excess"], 1e-3), at_least(1.5))
-    ledger.add("accum_equal", f"{S.accum_k} micro-batches ≡ one batch: max gradient difference", max_grad_diff,
-               at_most(1e-6))
-    k = S.accum_k
-    same = max(abs(x - y) for x, y in zip(accum["SGD · sum (bug)"].loss, accum[f"SGD · mean, lr × {k}"].loss))
-    ledger.add("sgd_sum_is_lr_k", f"SGD: summing the micro-batch losses is exactly lr × {k} (max |Δ loss| over "
-               "the run)",
-               same, at_most(1e-3))
-    ledger.add("sgd_sum_differs", "… which changes the run (|Δ final val| between summed and averaged SGD)",
-               abs(accum["SGD · sum (bug)"].final_val_loss - accum["SGD · mean"].final_val_loss), at_least(0.02))
-    ledger.add("adam_sum_harmless", "AdamW without clipping: summed and averaged runs take the same steps "
-               "(max |Δ loss| "
-               "over the first 5 steps, before rounding differences compound)",
-               max(abs(x - y) for x, y in zip(accum["AdamW · sum (bug)"].loss[:5], accum["AdamW · mean"].loss[:5])),
-               at_most(1e-5))
-    ledger.add("adam_sum_clips", "AdamW with clipping: the bug makes clipping fire on more steps "
-               "(fraction clipped, sum − "
-               "mean)", clipped_fraction(accum["AdamW · sum (bug) · clip 1"]) -
-               clipped_fraction(accum["AdamW · mean · clip 1"]), at_least(0.2))
-    ledger.note("damage", {f"{o} clip={c}": v for (o, c), v in d.items()})
-    if S.clip_steps < MIN_CLIP_STEPS:
-        ledger.note("clip_claims", f"runs of {S.clip_steps} steps are too short to show clipping's benefit reliably; "
-                    f"tests/test_lesson_stability.py runs the {MIN_CLIP_STEPS}-step experiment")
-    ledger.note("accum_final_val", {n: h.final_val_loss for n, h in accum.items()})
-    ledger.note("batch_panel_redraw_ms", batch_redraw_ms)
-    ledger.note("warmup_fraction", {n: warmup_fraction(n) for n in RECIPES})
-    return ledger
-
-
-def recipe_summary(S: Settings) -> str:
-    gpt3, llama = warmup_fraction("GPT-3 175B"), warmup_fraction("LLaMA 2 70B")
+def recipe_findings(ledger: Ledger, S: Settings) -> str:
+    fractions = {n: warmup_fraction(n) for n in RECIPES}
+    ledger.note("warmup_fraction", fractions)
+    gpt3, llama = fractions["GPT-3 175B"], fractions["LLaMA 2 70B"]
     return (f"Warmup is a tiny share of a large run: {gpt3:.2%} of GPT-3's tokens and {llama:.2%} of LLaMA 2's "
             "steps. Our runs "
             "are a few hundred steps, so the lab warms up over 10% of them — and lesson 02 measured that a warmup "

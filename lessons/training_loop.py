@@ -193,41 +193,47 @@ def size_panel(S: Settings, corpus: data.Corpus, baseline: History) -> tuple[Pan
     return Panel(draw, controls, title="Train a model of your choice (each new setting trains once)"), cache
 
 
-# --- claims ------------------------------------------------------------------------------------
+# --- findings: statistics computed once, claims and summaries built from them ------------------------
 
-def floor_summary(S: Settings, corpus: data.Corpus, h: History) -> str:
+def first_step_findings(ledger: Ledger, vocab_size: int, *, init_loss: float, sigma: float, update_ratio: float) -> str:
+    """The written-out step's numbers (measured in the notebook cell) against what theory predicts."""
+    ln_v = math.log(vocab_size)
+    predicted = ln_v + sigma**2 / 2
+    ledger.add("init_ln_v", f"Loss at initialisation ≈ ln V = ln {vocab_size} (within 5%)", init_loss,
+               approx(ln_v, rel=0.05))
+    ledger.add("init_sigma", "…and more precisely ≈ ln V + σ²/2, σ = std of the initial logits (within 1%)",
+               init_loss, approx(predicted, rel=0.01))
+    ledger.add("adam_first_step", "Adam's first step moves every parameter by ≈ lr, so ‖Δθ‖ ≈ lr·√N (ratio within 5% "
+               "of 1)", update_ratio, approx(1.0, abs=0.05))
+    return (f"Loss at initialisation **{init_loss:.4f}** against ln V = {ln_v:.4f} and ln V + σ²/2 = {predicted:.4f} "
+            f"(σ = {sigma:.4f}, the spread of the initial logits); Adam's first step moved the parameters by "
+            f"{update_ratio:.4f} × lr·√N.")
+
+
+def floor_findings(ledger: Ledger, S: Settings, corpus: data.Corpus, h: History) -> str:
     gap = h.final_val_loss - corpus.entropy_rate
     window = corpus.loss_floor(S.block_size)
-    return (f"After {S.steps} steps ({h.seconds:.0f} s, median {statistics.median(h.tokens_per_s):,.0f} tokens/s) "
+    tokens_per_s = statistics.median(h.tokens_per_s)
+    ledger.add("floor_gap", f"After {S.steps} steps, val loss is within {S.floor_gap_max} nats of the entropy rate "
+               f"{corpus.entropy_rate:.4f}", gap, at_most(S.floor_gap_max))
+    ledger.add("above_floor", f"No model beats the {S.block_size}-token window floor {window:.4f} "
+               "(val loss − floor ≥ −0.02, the val estimate's sampling error)", h.final_val_loss - window,
+               at_least(-0.02))
+    ledger.note("floor_gap_nats", gap)
+    ledger.note("window_floor_gap_nats", h.final_val_loss - window)
+    ledger.note("synthetic_seconds", h.seconds)
+    ledger.note("tokens_per_s_median", tokens_per_s)
+    return (f"After {S.steps} steps ({h.seconds:.0f} s, median {tokens_per_s:,.0f} tokens/s) "
             f"the validation loss is **{h.final_val_loss:.4f}** nats/token: **{gap:.3f}** above the entropy rate "
             f"{corpus.entropy_rate:.4f}, and {h.final_val_loss - window:.3f} above the floor for {S.block_size}-token "
             f"windows ({window:.4f}), which counts the first tokens of each window that have fewer than two tokens of "
             "context.")
 
 
-def claims(S: Settings, *, vocab_size: int, init_loss: float, predicted_init: float, update_ratio: float,
-           corpus: data.Corpus, syn: History, text_corpus: data.Corpus, text: History) -> Ledger:
-    ledger = Ledger("00_training_loop")
-    ln_v = math.log(vocab_size)
-    ledger.add("init_ln_v", f"Loss at initialisation ≈ ln V = ln {vocab_size} (within 5%)", init_loss,
-               approx(ln_v, rel=0.05))
-    ledger.add("init_sigma", "…and more precisely ≈ ln V + σ²/2, σ = std of the initial logits (within 1%)",
-               init_loss, approx(predicted_init, rel=0.01))
-    ledger.add("adam_first_step", "Adam's first step moves every parameter by ≈ lr, so ‖Δθ‖ ≈ lr·√N (ratio within 5% "
-               "of 1)", update_ratio, approx(1.0, abs=0.05))
-    gap = syn.final_val_loss - corpus.entropy_rate
-    ledger.add("floor_gap", f"After {S.steps} steps, val loss is within {S.floor_gap_max} nats of the entropy rate "
-               f"{corpus.entropy_rate:.4f}", gap, at_most(S.floor_gap_max))
-    window_floor = corpus.loss_floor(S.block_size)
-    ledger.add("above_floor", f"No model beats the {S.block_size}-token window floor {window_floor:.4f} "
-               "(val loss − floor ≥ −0.02, the val estimate's sampling error)",
-               syn.final_val_loss - window_floor, at_least(-0.02))
-    h1 = unigram_entropy(text_corpus)
+def text_findings(ledger: Ledger, h1: float, h: History) -> str:
+    """h1: the corpus's unigram entropy (unigram_entropy), the loss of a model that ignores context."""
     ledger.add("uses_context", f"On text, val loss falls below the unigram entropy {h1:.3f} "
-               "(the model uses context, not just character frequencies)", text.final_val_loss, at_most(h1))
-    ledger.note("floor_gap_nats", gap)
-    ledger.note("window_floor_gap_nats", syn.final_val_loss - window_floor)
-    ledger.note("synthetic_seconds", syn.seconds)
-    ledger.note("text_seconds", text.seconds)
-    ledger.note("tokens_per_s_median", statistics.median(syn.tokens_per_s))
-    return ledger
+               "(the model uses context, not just character frequencies)", h.final_val_loss, at_most(h1))
+    ledger.note("text_seconds", h.seconds)
+    return (f"Validation loss on text after {len(h.step)} steps: **{h.final_val_loss:.3f}** nats/character, against "
+            f"{h1:.3f} for a model that only knows character frequencies (the unigram entropy).")

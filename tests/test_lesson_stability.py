@@ -8,7 +8,7 @@ from lessons import stability as lesson
 def test_clipping_cuts_bad_batch_damage():
     S = lesson.settings("smoke", clip_steps=lesson.MIN_CLIP_STEPS)
     runs = lesson.clipping(S)
-    claims = lesson.clip_claims(S, runs)
+    claims = lesson.clip_claims(lesson.damages(S, runs), S.clip_steps)
     assert set(claims) == {"sgd_clip", "adamw_clip"}
     ledger = Ledger("03_stability (test)")
     for key, claim in claims.items():
@@ -19,7 +19,7 @@ def test_clipping_cuts_bad_batch_damage():
 def test_short_runs_do_not_make_the_claim():
     S = lesson.settings("smoke")
     assert S.clip_steps < lesson.MIN_CLIP_STEPS
-    assert lesson.clip_claims(S, runs={}) == {}
+    assert lesson.clip_claims({}, S.clip_steps) == {}
 
 
 def test_clip_by_global_norm_matches_torch():
