@@ -45,9 +45,6 @@ class Corpus:
     def _stoi(self) -> dict[str, int]:
         return {s: i for i, s in enumerate(self.itos)}
 
-    def num_tokens(self, split: str = "train") -> int:
-        return self._split(split).numel()
-
     def encode(self, s: str) -> list[int]:
         """Characters -> token ids; raises ValueError naming characters outside the vocabulary."""
         unknown = sorted(set(s) - self._stoi.keys())
@@ -75,10 +72,10 @@ class Corpus:
         """Random windows: X (B, T) and the next-token targets Y (B, T)."""
         data = self._split(split)
         rows, L = data.shape
-        if block_size + 1 > L:
-            raise ValueError(f"block_size must be at most {L - 1} for corpus {self.name!r}, got {block_size}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if not isinstance(block_size, int) or block_size < 1 or block_size + 1 > L:
+            raise ValueError(f"block_size must be an int in [1, {L - 1}] for corpus {self.name!r}, got {block_size!r}")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         r = torch.randint(rows, (batch_size, 1), generator=generator)
         start = torch.randint(L - block_size, (batch_size, 1), generator=generator)
         chunk = data[r, start + torch.arange(block_size + 1)]  # (B, T+1)

@@ -2,9 +2,7 @@
 
 import os
 import platform
-import random
 
-import numpy as np
 import torch
 
 
@@ -22,13 +20,6 @@ def pick_device(prefer: str | None = None) -> torch.device:
     if torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch (all devices). Call it explicitly; nothing seeds at import."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def device_name(device: torch.device | str | None = None) -> str:

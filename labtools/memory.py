@@ -255,6 +255,9 @@ def estimate(n_params: int, *, precision: str = "bf16-mixed", optimizer: str = "
     s = 2 if precision == "bf16" else 4                     # bytes per optimizer-state number
     g = {"param": w, "fp32": 4, "param+fp32": w + 4}[grads]  # bytes per gradient
     master = 4 if precision == "bf16-mixed" else 0
+    if param_shapes is not None and sum(math.prod(shape) for shape in param_shapes) != n_params:
+        raise ValueError(f"param_shapes hold {sum(math.prod(shape) for shape in param_shapes):,} parameters but "
+                         f"n_params is {n_params:,}: they must describe the same model")
     if optimizer == "adafactor":
         if param_shapes is None:
             raise ValueError("optimizer='adafactor' needs param_shapes: its state is a row and a column per matrix")

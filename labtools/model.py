@@ -1,4 +1,4 @@
-"""A small GPT: token + position embeddings, pre-LN transformer blocks, tied LM head.
+"""A small GPT: token + position embeddings, pre-LN transformer blocks, an LM head tied to the embedding.
 
 The architecture follows GPT-2 (Radford et al. 2019, "Language Models are Unsupervised
 Multitask Learners"): LayerNorm before each sub-block, causal self-attention, a GELU MLP
@@ -39,6 +39,7 @@ class GPTConfig:
     bias: bool = True         # biases in Linear and LayerNorm (GPT-2 has them)
     checkpoint: str = "none"  # activation checkpointing policy, one of CHECKPOINT_POLICIES
     checkpoint_every: int = 1 # blocks per checkpointed segment when checkpoint == "every_k"
+    tie_embeddings: bool = True  # LM head shares the token embedding (GPT-2); False for a pipeline's last stage
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
@@ -154,7 +155,8 @@ class GPT(nn.Module):
             ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
         ))
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        self.transformer.wte.weight = self.lm_head.weight  # weight tying (Press & Wolf 2017)
+        if config.tie_embeddings:
+            self.transformer.wte.weight = self.lm_head.weight  # weight tying (Press & Wolf 2017)
         self.apply(self._init_weights)
         # GPT-2: scale the init of projections that write into the residual stream by 1/sqrt(2L),
         # so the stream's variance does not grow with depth.
@@ -171,7 +173,8 @@ class GPT(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def num_params(self, exclude_embeddings: bool = False) -> int:
-        """Parameter count; the tied head is counted once. Optionally without embeddings."""
+        """Parameter count; a tied head is counted once (an untied one is counted). Optionally without the
+        token and position embeddings."""
         n = sum(p.numel() for p in self.parameters())
         if exclude_embeddings:
             n -= self.transformer.wte.weight.numel() + self.transformer.wpe.weight.numel()

@@ -44,14 +44,3 @@ def check_range(name: str, value, lo=None, hi=None, kind=(int, float)) -> None:
         hi_s = "inf" if hi is None else hi
         raise ValueError(f"{name} must be in [{lo_s}, {hi_s}], got {value!r}")
 
-
-def check_choice(name: str, value, choices) -> None:
-    """Raise ValueError naming `name` unless value is one of `choices`."""
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
-
-
-def as_config(settings, *drop: str, **extra) -> dict:
-    """Settings as a plain dict (for ranks of a launch, which take JSON), without the profile name and `drop`."""
-    cfg = {k: v for k, v in dataclasses.asdict(settings).items() if k not in ("profile", *drop)}
-    return dict(cfg, **extra)

@@ -17,7 +17,6 @@ import functools
 import math
 from typing import Callable
 
-import torch
 
 
 def _check(name: str, value: int, lo: int = 0) -> None:
@@ -92,7 +91,3 @@ def bind(fn: Callable[..., float], **kwargs) -> Callable[[int], float]:
     fn(0, **kwargs)  # validate the arguments now, not at the first training step
     return functools.partial(fn, **kwargs)
 
-
-def lambda_lr(optimizer: torch.optim.Optimizer, schedule: Callable[[int], float]) -> torch.optim.lr_scheduler.LambdaLR:
-    """Adapter: drive a torch optimizer with one of these schedules via LambdaLR (call .step() per step)."""
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=schedule)

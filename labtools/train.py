@@ -14,7 +14,7 @@ Introduced in notebooks/00_training_loop.ipynb.
 import math
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -55,8 +55,17 @@ class TrainConfig:
                 raise ValueError(f"TrainConfig.{name} must be an int >= 1, got {value!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"TrainConfig.precision must be one of {PRECISIONS}, got {self.precision!r}")
-        if not self.lr > 0:
-            raise ValueError(f"TrainConfig.lr must be > 0, got {self.lr!r}")
+        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not 0 < self.lr < math.inf:
+            raise ValueError(f"TrainConfig.lr must be a finite number > 0, got {self.lr!r}")
+        if self.block_size is not None and (not isinstance(self.block_size, int) or self.block_size < 1):
+            raise ValueError(f"TrainConfig.block_size must be an int >= 1 or None, got {self.block_size!r}")
+        if isinstance(self.weight_decay, bool) or not isinstance(self.weight_decay, (int, float)) \
+                or not 0 <= self.weight_decay < math.inf:
+            raise ValueError(f"TrainConfig.weight_decay must be a finite number >= 0, got {self.weight_decay!r}")
+        if not callable(self.lr_schedule):
+            raise ValueError(f"TrainConfig.lr_schedule must be a function step -> multiplier, got {self.lr_schedule!r}")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas!r}")
         if self.grad_clip is not None and not self.grad_clip > 0:
             raise ValueError(f"TrainConfig.grad_clip must be > 0 or None, got {self.grad_clip!r}")
         if not isinstance(self.start_step, int) or self.start_step < 0:
@@ -81,14 +90,6 @@ class History:
     @property
     def final_val_loss(self) -> float:
         return self.val_loss[-1]
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "History":
-        return cls(**d)
-
 
 @dataclass
 class StepInfo:
@@ -147,6 +148,9 @@ def train(model: torch.nn.Module, data: Corpus, cfg: TrainConfig, *,
     T = cfg.block_size or model.config.block_size
     if T > model.config.block_size:
         raise ValueError(f"TrainConfig.block_size ({T}) exceeds the model's block_size ({model.config.block_size})")
+    if batch_fn is None and data.vocab_size > model.config.vocab_size:
+        raise ValueError(f"the corpus {data.name!r} has {data.vocab_size} tokens but the model's vocabulary is "
+                         f"{model.config.vocab_size}: build the model with vocab_size >= {data.vocab_size}")
     torch.manual_seed(cfg.seed + cfg.start_step)  # dropout
     g = torch.Generator().manual_seed(cfg.seed + cfg.start_step)  # batch sampling
     if optimizer is None:
@@ -175,6 +179,9 @@ def train(model: torch.nn.Module, data: Corpus, cfg: TrainConfig, *,
     for step in range(cfg.start_step, end):
         t0 = time.perf_counter()
         mult = cfg.lr_schedule(step)
+        if not 0 <= mult < math.inf:
+            raise ValueError(f"TrainConfig.lr_schedule returned {mult!r} at step {step}: it must be a finite "
+                             "multiplier >= 0")
         for group, base in zip(optimizer.param_groups, base_lrs):
             group["lr"] = base * mult
         loss_sum = 0.0

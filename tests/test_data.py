@@ -84,7 +84,7 @@ def test_stdlib_text_roundtrip_and_split():
     s = corpus.decode(corpus.train_data[0, :500])
     assert corpus.encode(s) == corpus.train_data[0, :500].tolist()
     assert all(32 <= ord(c) < 127 or c in "\t\n" for c in corpus.itos)  # printable ASCII only
-    assert corpus.num_tokens("val") == 5_000 and corpus.num_tokens("train") == 45_000
+    assert corpus.val_data.numel() == 5_000 and corpus.train_data.numel() == 45_000
     with pytest.raises(ValueError, match="vocabulary"):
         corpus.encode("\u00e9")
 
@@ -105,6 +105,8 @@ def test_text_from_a_local_file(tmp_path):
     (lambda: data.synthetic(branching=99), "branching"),
     (lambda: data.synthetic().batch("test", 2, 8), "split"),
     (lambda: data.synthetic().batch("train", 2, 5000), "block_size"),
+    (lambda: data.synthetic().batch("train", 2, 0), "block_size"),
+    (lambda: data.synthetic().batch("train", 0, 8), "batch_size"),
 ])
 def test_bad_input_raises(call, name):
     with pytest.raises(ValueError, match=name):

@@ -121,6 +121,7 @@ def test_tp_pp_and_activations():
     (dict(n_params=-5), "n_params"), (dict(zero_stage=4), "zero_stage"), (dict(zero_stage="HALF_SHARD"), "zero_stage"),
     (dict(dp=0), "dp"), (dict(optimizer="adagrad"), "optimizer"), (dict(precision="fp8"), "precision"),
     (dict(offload="disk"), "offload"), (dict(optimizer="adafactor"), "param_shapes"), (dict(tp=1.5), "tp"),
+    (dict(param_shapes=[(10, 10)]), "param_shapes"),
 ])
 def test_estimate_rejects_bad_input(kw, name):
     args = dict(n_params=10**9) | kw

@@ -45,6 +45,21 @@ def test_weights_are_tied_and_counted_once():
     assert model.num_params() == sum(p.numel() for p in model.parameters())
 
 
+def test_untied_head_is_a_separate_parameter_with_the_same_function():
+    """Untied (a pipeline keeps the embedding and the head on different stages): copy the shared matrix into
+    both and the model computes the same logits; training then moves them apart."""
+    tied, untied = make(), make(tie_embeddings=False)
+    assert untied.lm_head.weight is not untied.transformer.wte.weight
+    V, C = 32, 32
+    assert untied.num_params() == tied.num_params() + V * C
+    state = {k: v for k, v in tied.state_dict().items()}
+    untied.load_state_dict(state)  # both keys present in a tied state dict: each gets the shared matrix
+    X = torch.randint(32, (2, 16))
+    torch.testing.assert_close(untied(X)[0], tied(X)[0], rtol=0, atol=0)
+    untied(X, X)[1].backward()
+    assert not torch.equal(untied.lm_head.weight.grad, untied.transformer.wte.weight.grad)
+
+
 def test_gpt2_124m_parameter_count_matches_formula():
     cfg = gpt2_124m()
     with torch.device("meta"):

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from labtools.schedules import bind, constant, lambda_lr, linear_warmup, warmup_cosine, warmup_linear, wsd
+from labtools.schedules import bind, constant, linear_warmup, warmup_cosine, warmup_linear, wsd
 
 R2 = math.sqrt(2)
 
@@ -75,12 +75,6 @@ COUNTERPARTS = [
 def test_schedule_matches_torch(ours, make, steps):
     theirs = torch_multipliers(make, steps)
     assert max(abs(ours(s) - x) for s, x in enumerate(theirs)) <= 1e-12
-
-
-def test_lambda_lr_adapter_drives_a_torch_optimizer():
-    schedule = bind(warmup_cosine, warmup=3, total=10, min_ratio=0.1)
-    theirs = torch_multipliers(lambda o: lambda_lr(o, schedule), 12)
-    assert theirs == [schedule(s) for s in range(12)]
 
 
 @pytest.mark.parametrize("call, name", [

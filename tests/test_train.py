@@ -6,7 +6,7 @@ import torch
 from labtools import data
 from labtools.model import GPT, GPTConfig
 from labtools.schedules import bind, warmup_cosine
-from labtools.train import History, TrainConfig, train
+from labtools.train import TrainConfig, train
 
 CFG = GPTConfig(vocab_size=16, block_size=32, n_layer=2, n_head=2, n_embd=32)
 
@@ -84,19 +84,32 @@ def test_fp16_uses_a_dynamic_loss_scaler_and_fp32_none():
     assert h32.loss_scale == [1.0] * 3 and h32.skipped == [False] * 3
 
 
-def test_callback_columns_and_history_roundtrip():
+def test_callback_columns():
     h = train(model(), data.synthetic(), cfg(steps=4), callback=lambda info: info.log.update(double=2 * info.loss))
     assert h.extra["double"] == [pytest.approx(2 * x) for x in h.loss]
-    assert History.from_dict(h.to_dict()) == h
 
 
 @pytest.mark.parametrize("kw, name", [
     (dict(steps=0), "steps"), (dict(precision="fp8"), "precision"), (dict(lr=-1.0), "lr"),
     (dict(grad_clip=0.0), "grad_clip"), (dict(accum_steps=0), "accum_steps"),
+    (dict(lr=float("inf")), "lr"), (dict(lr=None), "lr"), (dict(lr=float("nan")), "lr"),
+    (dict(block_size=0), "block_size"), (dict(weight_decay=-0.1), "weight_decay"),
+    (dict(lr_schedule=0.5), "lr_schedule"), (dict(betas=(0.9, 1.0)), "betas"),
 ])
 def test_bad_config_raises_naming_the_field(kw, name):
     with pytest.raises(ValueError, match=name):
         cfg(**kw)
+
+
+def test_a_schedule_returning_nan_stops_training_with_its_step():
+    with pytest.raises(ValueError, match="lr_schedule returned nan at step 3"):
+        train(model(), data.synthetic(), cfg(steps=6, lr_schedule=lambda s: float("nan") if s == 3 else 1.0))
+
+
+def test_a_corpus_larger_than_the_vocabulary_raises_before_training():
+    text = data.text()
+    with pytest.raises(ValueError, match=f"{text.vocab_size} tokens"):
+        train(model(), text, cfg())
 
 
 def test_block_size_beyond_the_model_raises_before_training():
