@@ -135,7 +135,8 @@ def run_accumulation(S: Settings, world: int = 2) -> list[dict]:
     return launch(ranks.accumulation, world, job(S), desc=f"accumulation × {world}", timeout_s=TIMEOUT_S)
 
 
-ACCUM_NAMES = {"no_sync": "no_sync() on k−1", "sync_every_micro_batch": "no no_sync()", "no_sync_sum_bug": "loss not ÷ k"}
+ACCUM_NAMES = {"no_sync": "no_sync() on k−1", "sync_every_micro_batch": "no no_sync()",
+               "no_sync_sum_bug": "loss not ÷ k"}
 
 
 def accumulation_figure(acc: list[dict], k: int) -> go.Figure:
@@ -171,7 +172,8 @@ def accumulation_findings(ledger: Ledger, acc: list[dict]) -> str:
     ledger.add("buckets", "Smaller bucket_cap_mb → more buckets per step (smallest cap ÷ largest cap)",
                b[caps[0]]["buckets"] / b[caps[-1]]["buckets"], at_least(2))
     return (f"With `no_sync()` on the first {k - 1} micro-batches DDP all-reduced {calls_with} bucket(s) per step; "
-            f"without it, {calls_without} — the same gradients (max |Δ| {a['sync_every_micro_batch']['max_diff']:.1e}), "
+            f"without it, {calls_without} — the same gradients (max |Δ| "
+            f"{a['sync_every_micro_batch']['max_diff']:.1e}), "
             f"{k}× the communication. Forgetting to divide each micro-batch's loss by k gives gradients "
             f"{a['no_sync_sum_bug']['norm_ratio']:.2f}× too large. Buckets per step: "
             + ", ".join(f"{v['buckets']} at {c} MB" for c, v in b.items()) +

@@ -133,7 +133,8 @@ def sharding_findings(ledger: Ledger, shard: dict[int, list[dict]]) -> str:
                      f"of the optimizer state that DDP holds (1/N = {1 / w:.3f}).")
     w0 = min(shard)
     r0 = shard[w0][0]
-    z2, z3, mp = r0["ZeRO-2: fully_shard, no reshard"], r0["ZeRO-3: fully_shard"], r0["ZeRO-3: fully_shard + bf16 params"]
+    z2, z3 = r0["ZeRO-2: fully_shard, no reshard"], r0["ZeRO-3: fully_shard"]
+    mp = r0["ZeRO-3: fully_shard + bf16 params"]
     ledger.add("reshard", "Without resharding, the whole unsharded model is held between forward and backward "
                "(held ÷ model bytes)", z2["held_after_forward"] / (4 * z2["n_params"]), approx(1.0, abs=1e-9))
     ledger.add("reshard_z3", "With it, only the shard (held ÷ model bytes × N)",
@@ -158,8 +159,8 @@ def fsdp1_findings(ledger: Ledger, f1: list[dict]) -> str:
     ledger.add("fsdp1_full", "FSDP1 FULL_SHARD and SHARD_GRAD_OP hold 1/N of the parameters at rest, NO_SHARD all "
                "(FULL_SHARD ÷ NO_SHARD × N)", ratio, approx(1.0, rel=0.05))
     ledger.note("fsdp1_rank0", {k: v for k, v in r0.items() if k != "dist"})
-    return "Rank 0's bytes with FSDP1 (" + "; ".join(
-        f"{name}: parameters {d['params']:,}, gradients {d['grads']:,}" for name, d in r0.items() if name != "dist") + ")."
+    held = [f"{name}: parameters {d['params']:,}, gradients {d['grads']:,}" for name, d in r0.items() if name != "dist"]
+    return "Rank 0's bytes with FSDP1 (" + "; ".join(held) + ")."
 
 
 # --- 3. traffic ----------------------------------------------------------------------------------------------------
