@@ -43,7 +43,7 @@ class Settings:
         check_range("N_BAD", self.n_bad, 1, 100, int)
         check_range("ADAMW_LR", self.adamw_lr, 1e-6, 1.0)
         check_range("SGD_LR", self.sgd_lr, 1e-6, 10.0)
-        check_range("ACCUM_K", self.accum_k, 2, 64, int)
+        check_range("ACCUM_K", self.accum_k, 2, self.batch_size, int)
         check_range("ACCUM_STEPS", self.accum_steps, 10, 1_000_000, int)
         check_range("SEED", self.seed, 0, 2**31 - 1, int)
         if self.batch_size % self.accum_k:

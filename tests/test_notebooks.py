@@ -64,3 +64,13 @@ def test_notebook_rejects_an_unknown_profile_before_work(path, tmp_path, monkeyp
     assert "PROFILE must be one of" in str(err.value)
     # executions: imports, parameters, papermill's injected parameters, then the settings cell
     assert err.value.exec_count == 4, "the bad profile must be rejected right after the parameters cell"
+
+
+@pytest.mark.notebook
+def test_a_notebook_runs_at_the_low_edges_of_its_parameters(tmp_path, monkeypatch):
+    """Lesson 00 with every parameter at its lowest valid value (STEPS = 10 once failed after 80 s of training,
+    in a panel whose slider minimum exceeded its maximum). Claims may not hold at such sizes; errors may not occur."""
+    monkeypatch.setenv("LABTOOLS_STATIC", "1")
+    path = ROOT / "notebooks" / "00_training_loop.ipynb"
+    nb = execute(path, tmp_path / path.name, PROFILE="smoke", STEPS=10, TEXT_STEPS=10, N_LAYER=1, N_EMBD=16, LR=1e-6)
+    assert read_ledgers(nb), "the notebook did not reach its ledger"

@@ -1,0 +1,75 @@
+"""Every parameter at both edges of its documented range: the settings accept it, and every panel built from
+those settings starts at the notebook's own values (ipywidgets would otherwise clamp them silently, or fail
+when a slider's minimum exceeds its maximum). The ranges are read from each lesson's check_range calls."""
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+
+from lessons import (checkpointing, data_parallel, fsdp, memory_budget, optimizers, precision, schedules, stability,
+                     training_loop)
+
+LESSONS = (training_loop, optimizers, schedules, stability, precision, checkpointing, memory_budget, data_parallel,
+           fsdp)
+
+
+def ranges(module) -> list[tuple[str, str, str, str]]:
+    """(PARAMETER, field, low expression, high expression) of every check_range in Settings.__post_init__."""
+    tree = ast.parse(Path(inspect.getsourcefile(module)).read_text())
+    settings = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Settings")
+    post = next(n for n in settings.body if isinstance(n, ast.FunctionDef) and n.name == "__post_init__")
+    out = []
+    for call in ast.walk(post):
+        if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "check_range":
+            name, field, lo, hi = call.args[:4]
+            out.append((name.value, field.attr, ast.unparse(lo), ast.unparse(hi)))
+    return out
+
+
+EDGES = [pytest.param(m, name, field, expr, id=f"{m.__name__.split('.')[-1]}-{name}-{side}")
+         for m in LESSONS for name, field, lo, hi in ranges(m) for side, expr in (("low", lo), ("high", hi))]
+
+
+def test_every_lesson_declares_ranges():
+    assert all(ranges(m) for m in LESSONS)
+
+
+def panels(module, S) -> list[tuple[object, dict[str, object]]]:
+    """The lesson's panels built from S, each with the values its controls must start at."""
+    if module is training_loop:
+        panel, _ = training_loop.size_panel(S, corpus=None, baseline=None)
+        return [(panel, {"n_layer": S.n_layer, "n_embd": S.n_embd, "steps": S.steps})]
+    if module is checkpointing:
+        return [(checkpointing.memory_panel(S), {"seq_len": S.seq_len, "batch_size": S.batch_size})]
+    if module is data_parallel:
+        panel, _ = data_parallel.ddp_panel(S)
+        return [(panel, {"accum_k": S.accum_k, "world": min(S.world_sizes)})]
+    if module is optimizers:
+        panel = optimizers.cell_panel(S, runs={})
+        return [(panel, {"lr": S.grid_lrs[len(S.grid_lrs) // 2], "wd": S.grid_wds[-1]})]
+    return []
+
+
+@pytest.mark.parametrize("module, name, field, expr", EDGES)
+def test_edge_values_are_accepted_and_panels_start_there(module, name, field, expr):
+    base = module.settings("smoke")
+    value = eval(expr, {"self": base})  # noqa: S307 - the lesson's own range expression
+    S = module.settings("smoke", **{field: value})
+    assert getattr(S, field) == value
+    for panel, expected in panels(module, S):
+        got = {k: panel.controls[k].value for k in expected}
+        assert got == expected, f"{name} = {value}: the panel starts at {got}, the notebook ran {expected}"
+
+
+@pytest.mark.parametrize("module, name, field, expr", EDGES)
+def test_just_outside_the_range_is_a_named_error(module, name, field, expr):
+    base = module.settings("smoke")
+    value = eval(expr, {"self": base})  # noqa: S307
+    lo_side = any(expr == lo for n, f, lo, hi in ranges(module) if n == name)
+    outside = value - (1 if lo_side else -1) if isinstance(value, int) else value * (0.5 if lo_side else 2)
+    if lo_side and outside == value:  # a float low edge of 0
+        outside = -1.0
+    with pytest.raises(ValueError, match=name):
+        module.settings("smoke", **{field: outside})
