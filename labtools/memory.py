@@ -2,6 +2,8 @@
 
 Measurement (any device):
     saved_activation_bytes   bytes of tensors autograd saves for backward during a forward pass
+    SavedTensorTracker       the same, live: bytes held at each moment and their peak, across many forwards
+                             and backwards (a pipeline schedule's micro-batches in flight)
                              (torch.autograd.graph.saved_tensors_hooks, deduplicated by storage,
                              parameters excluded); agrees with torch's MemTracker to a few bytes
     model_state_bytes        parameters, gradients and optimizer state, from the tensors themselves
@@ -20,6 +22,7 @@ Introduced in notebooks/05_activation_checkpointing.ipynb and notebooks/06_memor
 """
 
 import math
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -51,6 +54,65 @@ def saved_activations(fn: Callable[[], object], exclude: list[torch.Tensor] = ()
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = fn()
     return list(seen.values()), out
+
+
+class _Held:
+    """What autograd keeps instead of a saved tensor while a SavedTensorTracker is active."""
+    __slots__ = ("tensor", "__weakref__")
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor = tensor
+
+
+class SavedTensorTracker:
+    """Bytes autograd holds for backward, live: while active, every tensor saved for backward is counted (once per
+    storage, parameters excluded) until autograd releases its last saved reference to it — when backward has
+    used it and freed the graph. .current and .peak are in bytes.
+
+        with SavedTensorTracker(exclude=model.parameters()) as tracker:
+            ... forwards and backwards of a pipeline schedule ...
+        tracker.peak
+    """
+
+    def __init__(self, exclude=()):
+        self.skip = {t.untyped_storage().data_ptr() for t in exclude}
+        self.live: dict[int, list[int]] = {}  # storage -> [saved references alive, bytes]
+        self.current = self.peak = 0
+        self._hooks = None
+
+    def _pack(self, t: torch.Tensor):
+        key = t.untyped_storage().data_ptr()
+        if key in self.skip:
+            return t
+        entry = self.live.get(key)
+        if entry is None:
+            entry = self.live[key] = [0, t.untyped_storage().nbytes()]
+            self.current += entry[1]
+            self.peak = max(self.peak, self.current)
+        entry[0] += 1
+        held = _Held(t)
+        weakref.finalize(held, self._release, key)
+        return held
+
+    def _release(self, key: int) -> None:
+        entry = self.live[key]
+        entry[0] -= 1
+        if entry[0] == 0:
+            self.current -= entry[1]
+            del self.live[key]
+
+    @staticmethod
+    def _unpack(held):
+        return held.tensor if isinstance(held, _Held) else held
+
+    def __enter__(self) -> "SavedTensorTracker":
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self._hooks.__exit__(*exc)
+        return False
 
 
 def saved_activation_bytes(model: nn.Module, X: torch.Tensor, Y: torch.Tensor | None = None) -> int:

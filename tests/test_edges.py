@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from lessons import (checkpointing, data_parallel, fsdp, memory_budget, optimizers, precision, schedules, stability,
-                     training_loop)
+from lessons import (checkpointing, data_parallel, fsdp, memory_budget, optimizers, pipeline, precision, schedules,
+                     stability, training_loop)
 
 LESSONS = (training_loop, optimizers, schedules, stability, precision, checkpointing, memory_budget, data_parallel,
-           fsdp)
+           fsdp, pipeline)
 
 
 def ranges(module) -> list[tuple[str, str, str, str]]:
@@ -46,6 +46,10 @@ def panels(module, S) -> list[tuple[object, dict[str, object]]]:
     if module is data_parallel:
         panel, _ = data_parallel.ddp_panel(S)
         return [(panel, {"accum_k": S.accum_k, "world": min(S.world_sizes)})]
+    if module is pipeline:
+        panel, _ = pipeline.measured_panel(S, results={})
+        return [(pipeline.schedule_panel(S), {"m": S.m, "v": S.v, "p": max(S.worlds)}),
+                (panel, {"p": max(S.worlds)})]
     if module is optimizers:
         panel = optimizers.cell_panel(S, runs={})
         return [(panel, {"lr": S.grid_lrs[len(S.grid_lrs) // 2], "wd": S.grid_wds[-1]})]

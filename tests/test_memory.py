@@ -128,3 +128,21 @@ def test_estimate_rejects_bad_input(kw, name):
     n = args.pop("n_params")
     with pytest.raises(ValueError, match=name):
         estimate(n, **args)
+
+
+def test_saved_tensor_tracker_follows_forwards_and_backwards():
+    from labtools.memory import SavedTensorTracker
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=32, block_size=16, n_layer=2, n_head=2, n_embd=32))
+    X, Y = torch.randint(32, (4, 16)), torch.randint(32, (4, 16))
+    one = saved_activation_bytes(m, X, Y)
+    with SavedTensorTracker(exclude=list(m.parameters())) as t:
+        first = m(X, Y)[1]
+        assert t.current == one
+        second = m(X, Y)[1]
+        assert t.current == 2 * one - X.numel() * 8 - Y.numel() * 8  # the same X and Y storages are counted once
+        first.backward()
+        assert t.current == one
+        second.backward()
+        assert t.current == 0
+    assert t.peak == 2 * one - X.numel() * 8 - Y.numel() * 8

@@ -110,3 +110,39 @@ class CollectiveCounter:
             setattr(dist, name, fn)
         self._saved = {}
         return False
+
+
+LOOPBACK_TX = "/sys/class/net/lo/statistics/tx_bytes"
+
+
+def loopback_bytes() -> int | None:
+    """Bytes sent through the loopback interface since boot (Linux), or None where there is no such counter."""
+    try:
+        with open(LOOPBACK_TX) as f:
+            return int(f.read())
+    except OSError:
+        return None
+
+
+class WireBytes:
+    """Bytes that crossed the loopback interface during a `with` block: what ranks on one machine really sent
+    each other (gloo's traffic on the wire), TCP/IP and gloo headers and any other local traffic included.
+    Call it on every rank of a group: it brackets the block with barriers and reads the counter on one side.
+    .bytes is None where the counter does not exist (not Linux) and under NCCL (GPU links). Use it for gloo ranks
+    on one machine: across machines the traffic leaves through another interface and this reads too little."""
+
+    def __init__(self):
+        self.bytes: int | None = None
+
+    def __enter__(self):
+        dist.barrier()
+        # NCCL moves data over NVLink/PCIe/InfiniBand, not the loopback interface: nothing to read there
+        self._start = loopback_bytes() if dist.get_backend() == "gloo" else None
+        return self
+
+    def __exit__(self, *exc):
+        dist.barrier()
+        end = loopback_bytes()
+        if self._start is not None and end is not None:
+            self.bytes = end - self._start
+        return False

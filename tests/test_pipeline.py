@@ -1,0 +1,109 @@
+"""Pipelines: schedules as data against the formula, stages against the whole model, and real ranks against one
+process (written-out and PyTorch schedules)."""
+
+import pytest
+import torch
+
+from labtools.dist import launch
+from labtools.dist.pipeline import check_pipeline, gpt_stages
+from labtools.model import GPT, GPTConfig
+from labtools.pipeline import decompose, idle_fraction, idle_per_row, in_flight, schedule_order, simulate
+from labtools.plan import bubble_fraction
+from lessons.ranks.pipeline import PipeJob, parity, timelines
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("p, m", [(2, 1), (2, 4), (3, 5), (4, 1), (4, 3), (4, 16), (8, 8)])
+def test_simulated_bubble_is_the_formula(schedule, p, m):
+    order = schedule_order(schedule, p, m)
+    assert idle_fraction(simulate(order)) == pytest.approx(bubble_fraction(p, m), abs=1e-12)
+    expected = [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+    assert sorted((a.kind, a.mb) for a in order[0]) == sorted(expected)
+
+
+@pytest.mark.parametrize("p, m, v", [(2, 2, 2), (2, 8, 2), (4, 4, 2), (4, 16, 2), (4, 8, 4)])
+def test_interleaved_bubble_is_the_formula(p, m, v):
+    order = schedule_order("interleaved", p, m, v)
+    assert idle_fraction(simulate(order, v=v)) == pytest.approx(bubble_fraction(p, m, v), abs=1e-12)
+    assert all(a.stage % p == r for r, actions in enumerate(order) for a in actions)  # stage s lives on rank s mod p
+
+
+def test_activations_in_flight():
+    assert in_flight(schedule_order("gpipe", 4, 8)) == [8, 8, 8, 8]
+    assert in_flight(schedule_order("1f1b", 4, 8)) == [4, 3, 2, 1]
+    assert in_flight(schedule_order("1f1b", 4, 2)) == [2, 2, 2, 1]
+
+
+def test_first_rank_idles_during_drain_and_last_during_fill():
+    idle = idle_per_row(simulate(schedule_order("1f1b", 4, 4)))
+    assert all(x == pytest.approx(bubble_fraction(4, 4)) for x in idle.values())
+
+
+def test_decompose_splits_idle_into_bubble_and_latency():
+    order = schedule_order("1f1b", 3, 4)
+    ideal = simulate(order)
+    assert decompose(ideal) == pytest.approx({"busy": 1 - bubble_fraction(3, 4), "bubble": bubble_fraction(3, 4),
+                                              "latency": 0.0})
+    slow = simulate(order, t_comm=0.25)  # every message takes a quarter of a forward
+    d = decompose(slow)
+    assert d["latency"] > 0.02 and sum(d.values()) == pytest.approx(1.0)
+    assert d["bubble"] + d["latency"] == pytest.approx(idle_fraction(slow))
+
+
+def test_a_deadlocking_order_is_detected():
+    order = schedule_order("gpipe", 2, 2)
+    order[1] = order[1][2:] + order[1][:2]  # the last stage tries to run backwards before forwards
+    with pytest.raises(ValueError, match="deadlock"):
+        simulate(order)
+
+
+@pytest.mark.parametrize("args, match", [
+    (("pipedream", 2, 4), "schedule"), (("gpipe", 1, 4), "p"), (("gpipe", 2, 0), "m"),
+    (("interleaved", 2, 4, 1), "v >= 2"), (("interleaved", 4, 6, 2), "multiple of p"), (("1f1b", 2, 4, 2), "v > 1"),
+])
+def test_bad_schedules_are_named(args, match):
+    with pytest.raises(ValueError, match=match):
+        schedule_order(*args)
+
+
+@pytest.mark.parametrize("args, match", [
+    ((8, 1, 4), "p"), ((8, 2, 0), "m"), ((4, 8, 1), "at least as many layers"), ((6, 4, 1), "evenly"),
+    ((8, 2, 4, 3), "evenly"),
+])
+def test_bad_pipelines_are_rejected_before_any_process_starts(args, match):
+    with pytest.raises(ValueError, match=match):
+        check_pipeline(*args)
+
+
+def test_stages_chained_compute_the_whole_model():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=32, block_size=16, n_layer=4, n_head=2, n_embd=32, tie_embeddings=False))
+    X = torch.randint(32, (3, 16))
+    x = X
+    for stage in gpt_stages(model, 4):
+        x = stage(x)
+    torch.testing.assert_close(x, model(X)[0], rtol=0, atol=0)
+    with pytest.raises(ValueError, match="tie_embeddings"):
+        gpt_stages(GPT(GPTConfig(vocab_size=32, block_size=16, n_layer=4, n_head=2, n_embd=32)), 2)
+
+
+def test_two_ranks_every_schedule_equals_one_process():
+    res = launch(parity, 2, PipeJob(n_layer=4, n_embd=32, block_size=16, batch_size=8, m=4, micro_batches=(4,)),
+                 show_progress=False)
+    for r in res:
+        for schedule, entry in r.items():
+            if isinstance(entry, dict) and "ran" in entry:
+                assert entry["ran"], f"{schedule}: {entry.get('error')}"
+                assert entry["max_grad_diff"] <= 1e-6, schedule
+    assert res[0]["zbv"]["loss"] == pytest.approx(res[0]["reference_loss"], abs=1e-6)  # rank 0 holds ZBV's last stage
+
+
+def test_real_compute_timelines_are_gathered_to_rank_0():
+    job = PipeJob(n_layer=4, n_embd=32, block_size=16, batch_size=8, micro_batches=(2,),
+                  schedules=("written-out 1f1b",), simulate=False)
+    res = launch(timelines, 2, job, show_progress=False)
+    intervals = res[0]["timelines"]["written-out 1f1b|2"]
+    assert res[1]["timelines"] == {}
+    assert sorted({iv["row"] for iv in intervals}) == [0, 1]
+    assert len(intervals) == 2 * 2 * 2  # 2 ranks × (2 forwards + 2 backwards)
+    assert all(iv["end"] > iv["start"] >= 0 for iv in intervals)
