@@ -107,3 +107,13 @@ def test_real_compute_timelines_are_gathered_to_rank_0():
     assert sorted({iv["row"] for iv in intervals}) == [0, 1]
     assert len(intervals) == 2 * 2 * 2  # 2 ranks × (2 forwards + 2 backwards)
     assert all(iv["end"] > iv["start"] >= 0 for iv in intervals)
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (dict(worlds=(1,)), "p"), (dict(m=0), "M"), (dict(n_layer=2, worlds=(4,)), "at least as many layers"),
+    (dict(v=3), "evenly"), (dict(m=6), "divide"),
+])
+def test_the_lesson_rejects_bad_pipelines_in_its_settings(overrides, match):
+    from lessons import pipeline as lesson
+    with pytest.raises(ValueError, match=match):
+        lesson.settings("smoke", **overrides)
