@@ -77,3 +77,9 @@ def test_just_outside_the_range_is_a_named_error(module, name, field, expr):
         outside = -1.0
     with pytest.raises(ValueError, match=name):
         module.settings("smoke", **{field: outside})
+
+
+@pytest.mark.parametrize("module", LESSONS, ids=lambda m: m.__name__.split(".")[-1])
+def test_an_unknown_profile_is_a_named_error(module):
+    with pytest.raises(ValueError, match=r"PROFILE must be one of \('smoke', 'cpu', 'gpu', 'auto'\)"):
+        module.settings("turbo")

@@ -55,15 +55,21 @@ def test_notebook_smoke(path, tmp_path, monkeypatch, record_property):
     assert not failed, "claims that did not hold:\n" + "\n".join(failed)
 
 
-@pytest.mark.notebook
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
-def test_notebook_rejects_an_unknown_profile_before_work(path, tmp_path, monkeypatch):
-    monkeypatch.setenv("LABTOOLS_STATIC", "1")
-    with pytest.raises(pm.PapermillExecutionError) as err:
-        execute(path, tmp_path / path.name, PROFILE="turbo")
-    assert "PROFILE must be one of" in str(err.value)
-    # executions: imports, parameters, papermill's injected parameters, then the settings cell
-    assert err.value.exec_count == 4, "the bad profile must be rejected right after the parameters cell"
+def test_notebook_validates_its_parameters_before_any_work(path):
+    """The cells before the parameters only import; the cell right after them builds the validated settings
+    (lesson.settings(PROFILE, ...)), so an unknown profile or an out-of-range value stops the notebook there,
+    before any heavy work. (That settings() rejects them is tested for every lesson in test_edges.py.)"""
+    import ast
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    for node in ast.parse(code[0].source).body:
+        assert isinstance(node, (ast.Import, ast.ImportFrom)), f"the first code cell does more than import: {node}"
+    settings = code[2].source
+    assert settings.lstrip().startswith("S = lesson.settings(PROFILE"), "the cell after the parameters must validate"
+    params = [n.targets[0].id for n in ast.parse(code[1].source).body if isinstance(n, ast.Assign)]
+    called = {kw.arg: kw.value.id for kw in ast.parse(settings).body[0].value.keywords}
+    assert sorted(called.values()) == sorted(p for p in params if p != "PROFILE"), "every parameter is validated"
 
 
 @pytest.mark.notebook
