@@ -72,21 +72,25 @@ def gpt2_124m(vocab_size: int = 50257) -> GPTConfig:
 
 
 class CausalSelfAttention(nn.Module):
+    """Causal self-attention with q, k, v from one matmul, laid out head by head: c_attn's output is
+    [q₀ k₀ v₀ | q₁ k₁ v₁ | …], each block 3·hs wide. So any contiguous run of whole heads' columns — what
+    column-wise tensor parallelism gives a rank — holds those heads' q, k and v, and the head count is read
+    from the width actually computed (n_head here, n_head / t on a rank of t)."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.n_head = config.n_head
+        self.head_size = config.n_embd // config.n_head
         self.dropout = config.dropout
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)  # q, k, v in one matmul
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(self, x):
-        B, T, C = x.size()
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        B, T, _ = x.size()
+        qkv = self.c_attn(x)                              # (B, T, nh·3·hs): the heads this module computes
+        nh = qkv.size(-1) // (3 * self.head_size)
+        qkv = qkv.view(B, T, nh, 3, self.head_size)       # (B, T, nh, 3, hs)
+        q, k, v = qkv.permute(3, 0, 2, 1, 4).unbind(0)    # each (B, nh, T, hs)
         dropout_p = self.dropout if self.training else 0.0
         if q.device.type == "cpu" and q.dtype != torch.float32:
             # On CPU the fused kernel's backward is slow in bf16/fp16 (measured, torch 2.13, B32 T128:
@@ -95,7 +99,7 @@ class CausalSelfAttention(nn.Module):
                 y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
         else:
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)  # (B, nh, T, hs)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble heads side by side
+        y = y.transpose(1, 2).reshape(B, T, nh * self.head_size)  # heads side by side: (B, T, nh·hs)
         return self.resid_dropout(self.c_proj(y))
 
 

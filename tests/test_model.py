@@ -118,3 +118,47 @@ def test_checkpointing_leaves_gradients_unchanged(policy, every, dropout):
     reference = grads()
     for a, b in zip(reference, grads(checkpoint=policy, checkpoint_every=every)):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
+def test_head_by_head_qkv_layout_computes_the_fused_split_attention():
+    """c_attn's rows are [q₀ k₀ v₀ | q₁ k₁ v₁ | …]. The same weights read the common way ([q | k | v], heads
+    side by side in each) after permuting the rows give the same output: the layout changes nothing but where
+    a head's q, k and v sit — together, so a column shard of whole heads holds all three."""
+    from torch.nn import functional as F
+    torch.manual_seed(0)
+    model = make(n_head=4, n_embd=32)
+    attn = model.transformer.h[0].attn
+    C, nh, hs = 32, 4, 8
+    x = torch.randn(2, 16, C)
+    # the common layout's row index of (role, head, i) is role·C + head·hs + i; ours is head·3hs + role·hs + i
+    perm = torch.tensor([h * 3 * hs + r * hs + i for r in range(3) for h in range(nh) for i in range(hs)])
+    W, b = attn.c_attn.weight[perm], attn.c_attn.bias[perm]
+    q, k, v = F.linear(x, W, b).split(C, dim=2)
+    q, k, v = (t.view(2, 16, nh, hs).transpose(1, 2) for t in (q, k, v))
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(2, 16, C)
+    torch.testing.assert_close(attn(x), attn.c_proj(y), rtol=0, atol=1e-6)
+
+
+def test_attention_reads_its_head_count_from_the_width_it_computes():
+    """Keep the first two heads' columns of c_attn and rows of c_proj's input: the module computes exactly those
+    two heads (what a tensor-parallel rank holding half the heads does)."""
+    torch.manual_seed(0)
+    attn = make(n_head=4, n_embd=32).transformer.h[0].attn
+    x = torch.randn(2, 16, 32)
+    def part(rows: slice, bias: bool):
+        c_attn, c_proj = torch.nn.Linear(32, 48), torch.nn.Linear(16, 32)
+        with torch.no_grad():
+            c_attn.weight.copy_(attn.c_attn.weight[rows])
+            c_attn.bias.copy_(attn.c_attn.bias[rows])
+            c_proj.weight.copy_(attn.c_proj.weight[:, rows.start // 3:rows.stop // 3])
+            c_proj.bias.copy_(attn.c_proj.bias if bias else torch.zeros(32))  # the bias is added once
+        return c_attn, c_proj
+
+    half, other = part(slice(0, 48), False), part(slice(48, 96), True)
+    outs = []
+    for c_attn, c_proj in (half, other):
+        attn.c_attn, attn.c_proj = c_attn, c_proj
+        outs.append(attn(x))
+    torch.manual_seed(0)
+    whole = make(n_head=4, n_embd=32).transformer.h[0].attn
+    torch.testing.assert_close(outs[0] + outs[1], whole(x), rtol=0, atol=1e-6)  # row-parallel: partial sums add up
