@@ -36,7 +36,8 @@ class Settings:
     warmup_lr: float        # the high peak lr of the warmup ablation
     warmup_steps: int       # length of the warmup ablation runs
     horizon: int            # the WSD experiment's long horizon; the short one is half of it
-    decay_margin: float     # what this profile's runs can show: decaying beats constant by at least this
+    decay_margin: float | None  # what this profile's runs can show: decaying beats constant by at least this;
+                                # None: runs too short to say (the sign changes with the seed)
     warmup_margin: float | None  # ... and warmup beats none by at least this (nats); None: runs too short to say
     seed: int = 0
 
@@ -51,7 +52,7 @@ class Settings:
 
 PROFILES = {
     "smoke": Settings("smoke", n_layer=2, n_embd=64, block_size=64, batch_size=16, budget=250, peak_lr=1e-2,
-                      warmup_lr=3e-2, warmup_steps=200, horizon=240, decay_margin=0.0, warmup_margin=None),
+                      warmup_lr=3e-2, warmup_steps=200, horizon=240, decay_margin=None, warmup_margin=None),
     "cpu": Settings("cpu", n_layer=2, n_embd=64, block_size=64, batch_size=16, budget=600, peak_lr=1e-2,
                     warmup_lr=3e-2, warmup_steps=400, horizon=600, decay_margin=0.05, warmup_margin=0.1),
     "gpu": Settings("gpu", n_layer=6, n_embd=384, block_size=256, batch_size=64, budget=3000, peak_lr=3e-3,
@@ -262,16 +263,22 @@ def budget_findings(ledger: Ledger, S: Settings, runs: dict[str, History]) -> st
     best = min(f, key=f.get)
     const = f["constant (after warmup)"]
     decaying = {n: v for n, v in f.items() if n != "constant (after warmup)"}
-    ledger.add("decay_beats_constant", f"Equal budget ({S.budget} steps): every decaying schedule ends at least "
-               f"{S.decay_margin:g} nats below constant (constant − worst decaying)", const - max(decaying.values()),
-               at_least(S.decay_margin))
+    if S.decay_margin is not None:
+        ledger.add("decay_beats_constant", f"Equal budget ({S.budget} steps): every decaying schedule ends at least "
+                   f"{S.decay_margin:g} nats below constant (constant − worst decaying)",
+                   const - max(decaying.values()), at_least(S.decay_margin))
+    else:  # at the smoke profile's 250 steps the sign of this difference changes from seed to seed
+        ledger.note("decay_gain_over_constant", const - max(decaying.values()))
     ledger.add("decays_agree", "… and cosine, linear and WSD end within 0.05 nats of each other (max − min)",
                max(decaying.values()) - min(decaying.values()), at_most(0.05))
     ledger.note("budget_final_val", f)
     others = ", ".join(f"{n} {v:.3f}" for n, v in decaying.items())
     return (f"Same {S.budget} steps and peak lr {S.peak_lr:g}: constant ends at {const:.3f}; {others}. "
             f"Best: **{best}**. "
-            "Decaying the learning rate at the end lowers the loss because a smaller step averages out more of the "
+            + ("At this length the differences are within run-to-run noise (their sign changes with the seed), so "
+               "this profile makes no claim about them; the `cpu` profile's longer runs separate them. "
+               if S.decay_margin is None else "")
+            + "Decaying the learning rate at the end lowers the loss because a smaller step averages out more of the "
             "gradient noise; the schedule decides *when* that happens.")
 
 
