@@ -39,13 +39,21 @@ class SavedTensor:
     nbytes: int  # bytes of the whole storage it lives in (counted once per storage)
 
 
+def _storage(t: torch.Tensor):
+    """The storage that holds t's memory on this process: a DTensor's is its local shard's."""
+    if hasattr(t, "to_local"):
+        with torch.no_grad():
+            t = t.to_local()
+    return t.untyped_storage()
+
+
 def saved_activations(fn: Callable[[], object], exclude: list[torch.Tensor] = ()) -> tuple[list[SavedTensor], object]:
     """Run fn() and list the tensors autograd saved for backward, one per storage, skipping `exclude` (parameters)."""
-    skip = {t.untyped_storage().data_ptr() for t in exclude}
+    skip = {_storage(t).data_ptr() for t in exclude}
     seen: dict[int, SavedTensor] = {}
 
     def pack(t):
-        storage = t.untyped_storage()
+        storage = _storage(t)
         key = storage.data_ptr()
         if key not in skip and key not in seen:
             seen[key] = SavedTensor(tuple(t.shape), t.dtype, storage.nbytes())
@@ -75,18 +83,18 @@ class SavedTensorTracker:
     """
 
     def __init__(self, exclude=()):
-        self.skip = {t.untyped_storage().data_ptr() for t in exclude}
+        self.skip = {_storage(t).data_ptr() for t in exclude}
         self.live: dict[int, list[int]] = {}  # storage -> [saved references alive, bytes]
         self.current = self.peak = 0
         self._hooks = None
 
     def _pack(self, t: torch.Tensor):
-        key = t.untyped_storage().data_ptr()
+        key = _storage(t).data_ptr()
         if key in self.skip:
             return t
         entry = self.live.get(key)
         if entry is None:
-            entry = self.live[key] = [0, t.untyped_storage().nbytes()]
+            entry = self.live[key] = [0, _storage(t).nbytes()]
             self.current += entry[1]
             self.peak = max(self.peak, self.current)
         entry[0] += 1
@@ -180,12 +188,19 @@ BLOCK_ELEMENTS = {"none": 16, "attn": 11, "mlp": 7}  # attn: the region input + 
 
 
 def activation_bytes(n_layer: int, n_embd: int, n_head: int, vocab_size: int, seq_len: int, batch_size: int, *,
-                     policy: str = "none", checkpoint_every: int = 1, bytes_per_element: int = 4) -> dict[str, int]:
-    """Bytes of activations saved for backward by labtools.model.GPT (no dropout, fused attention).
+                     policy: str = "none", checkpoint_every: int = 1, bytes_per_element: int = 4, tp: int = 1,
+                     sequence_parallel: bool = False) -> dict[str, int]:
+    """Bytes of activations saved for backward by labtools.model.GPT (no dropout, fused attention), per rank.
 
     Parts: "blocks" (all transformer blocks), "outside" (embedding indices, final LayerNorm, LM head and the
     loss's log-softmax, which is fp32), and "total". Exact for fp32 on CPU (tested); with autocast the
     dtype of each saved tensor depends on the op, so treat bytes_per_element as an approximation there.
+
+    tp > 1 (policy "none" or "block"): labtools.dist.tensor's plan. With tensor parallelism the inputs of the
+    LayerNorms and of the column-parallel linears stay whole on every rank (4 of the 16 b·s·h tensors), the
+    other 12 are split t ways. With sequence parallelism (DTensor) the LayerNorm inputs and statistics are split
+    too, but the all-gathered inputs of c_attn and c_fc are kept whole for their backward: 2 + 14/t.
+    (Megatron-LM gathers those again in backward instead, which is how Korthikanti et al. reach 34/t.)
     """
     for name, value in (("n_layer", n_layer), ("n_embd", n_embd), ("n_head", n_head), ("vocab_size", vocab_size),
                         ("seq_len", seq_len), ("batch_size", batch_size), ("checkpoint_every", checkpoint_every),
@@ -198,9 +213,19 @@ def activation_bytes(n_layer: int, n_embd: int, n_head: int, vocab_size: int, se
     stats = 2 * 4 * rows                 # one LayerNorm's mean and rstd, fp32
     lse = 4 * heads                      # attention log-sum-exp, fp32
     b = bytes_per_element
-    if policy == "none":
+    if not isinstance(tp, int) or tp < 1 or n_head % tp or n_embd % tp:
+        raise ValueError(f"tp must be an int >= 1 dividing n_head ({n_head}) and n_embd ({n_embd}), got {tp!r}")
+    if tp > 1 and policy not in ("none", "block"):
+        raise ValueError(f"with tp > 1 the policy must be 'none' or 'block', got {policy!r}")
+    if policy == "none" and tp > 1:
+        whole, split = (2, 14) if sequence_parallel else (4, 12)
+        blocks = n_layer * ((whole * E + split * E // tp) * b + 2 * stats // (tp if sequence_parallel else 1)
+                            + lse // tp)
+    elif policy == "none":
         per_block = 16 * E * b + 2 * stats + lse
         blocks = n_layer * per_block
+    elif policy == "block" and tp > 1:
+        blocks = n_layer * E * b // (tp if sequence_parallel else 1)
     elif policy == "attn":
         blocks = n_layer * (11 * E * b + stats)
     elif policy == "mlp":
@@ -225,6 +250,16 @@ def korthikanti_bytes_per_layer(seq_len: int, batch_size: int, hidden: int, head
     attention that keeps its s×s scores."""
     s, b, h, a = seq_len, batch_size, hidden, heads
     return s * b * h * (34 + 5 * a * s / h)
+
+
+def korthikanti_tp_bytes_per_layer(seq_len: int, batch_size: int, hidden: int, heads: int, tp: int,
+                                   sequence_parallel: bool = False) -> float:
+    """Korthikanti et al. 2022, eqs. 2 and 4: per layer with tensor parallelism s·b·h·(10 + 24/t + 5as/(ht)),
+    and with sequence parallelism as well s·b·h·(34/t + 5as/(ht))."""
+    s, b, h, a, t = seq_len, batch_size, hidden, heads, tp
+    if sequence_parallel:
+        return s * b * h * (34 / t + 5 * a * s / (h * t))
+    return s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
 
 
 # --- prediction: the whole budget ------------------------------------------------------------------------

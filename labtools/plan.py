@@ -8,6 +8,8 @@ Pure functions of numbers — no torch.distributed, nothing measured here. Every
     collective_time(kind, M, N, β, α)   α-β model: α per ring step + bytes / β
     MODELS, memory_per_gpu(...)         published model shapes and their memory per GPU (labtools.memory)
     layouts(world, model), check_layout  every dp × tp × pp that fits the model's shape, with reasons
+    step_time, rank_layouts, CLUSTERS      the 3-D planner: memory and time per step of a layout, ranked
+    flops_per_token, training_days        6N (8N with recomputation) per token; Narayanan et al.'s 8TP/(nX)
 
 Used by notebooks/06_memory_budget.ipynb; the pipeline, tensor-parallel and compute lessons build on it.
 """
@@ -100,6 +102,7 @@ MODELS = {
     "7B": ModelShape(n_layer=32, n_embd=4096, n_head=32, vocab=32000, seq=4096, n_params=7_000_000_000),
     "13B": ModelShape(n_layer=40, n_embd=5120, n_head=40, vocab=32000, seq=4096, n_params=13_000_000_000),
     "70B": ModelShape(n_layer=80, n_embd=8192, n_head=64, vocab=32000, seq=4096, n_params=70_000_000_000),
+    "GPT-3 175B": ModelShape(n_layer=96, n_embd=12288, n_head=96, vocab=50257, seq=2048, n_params=175_000_000_000),
     "405B": ModelShape(n_layer=126, n_embd=16384, n_head=128, vocab=128256, seq=8192, n_params=405_000_000_000),
 }
 
@@ -182,3 +185,118 @@ def layouts(world: int, model: ModelShape, gpus_per_node: int | None = None) -> 
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
+
+
+# --- the 3-D planner: memory and step time of a layout on a cluster ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """GPUs and links, per GPU. Bandwidths are one direction's bytes/s (a 100 Gb/s link is 12.5e9)."""
+    gpus_per_node: int
+    gpu_memory: float      # bytes
+    peak_flops: float      # dense bf16 FLOP/s
+    intra_bw: float        # within a node (NVLink)
+    inter_bw: float        # between nodes (InfiniBand, one NIC per GPU)
+    latency: float = 5e-6  # α per ring step, seconds
+
+
+# Vendor figures (dense bf16, NVLink per direction = half the quoted bidirectional, one HDR/NDR NIC per GPU).
+CLUSTERS = {
+    "A100 80GB, NVLink 3, HDR 200 Gb/s": Cluster(8, 80e9, 312e12, 300e9, 25e9),
+    "H100 80GB, NVLink 4, NDR 400 Gb/s": Cluster(8, 80e9, 989e12, 450e9, 50e9),
+}
+
+
+def flops_per_token(model: ModelShape, recompute: bool = False) -> float:
+    """Training FLOPs per token: 6N for the matrix products of forward (2N) and backward (4N), plus attention's
+    own products 12·L·s·h (Kaplan et al. 2020); with full activation recomputation one more forward: 8N + 16Lsh."""
+    n = model.n_params or architecture(model.n_layer, model.n_embd, model.n_head, model.vocab, model.seq, 1).n_params
+    attention = 12 * model.n_layer * model.seq * model.n_embd
+    return (8 * n + 16 / 12 * attention) if recompute else (6 * n + attention)
+
+
+def training_days(n_params: float, tokens: float, gpus: int, flops_per_gpu: float, recompute: bool = True) -> float:
+    """Narayanan et al. 2021, eq. 4: time ≈ 8·T·P / (n·X) with activation recomputation (6·T·P without), in days;
+    X is the FLOP/s each GPU achieves end to end."""
+    for name, value in (("n_params", n_params), ("tokens", tokens), ("gpus", gpus), ("flops_per_gpu", flops_per_gpu)):
+        if not value > 0:
+            raise ValueError(f"{name} must be > 0, got {value!r}")
+    return (8 if recompute else 6) * tokens * n_params / (gpus * flops_per_gpu) / 86400
+
+
+@dataclass(frozen=True)
+class StepEstimate:
+    layout: Layout
+    memory: MemoryBudget
+    fits: bool
+    micro_batches: int     # per pipeline per step
+    compute_s: float       # the model's FLOPs at the assumed kernel efficiency
+    bubble: float          # pipeline idle fraction
+    bubble_s: float
+    tp_comm_s: float       # tensor-parallel all-reduces, on the critical path
+    dp_comm_s: float       # gradient all-reduce; hidden behind backward as far as dp_overlap says
+    pp_comm_s: float       # activations between stages
+    step_s: float
+
+    @property
+    def breakdown(self) -> dict[str, float]:
+        return {"compute": self.compute_s, "bubble": self.bubble_s, "TP comm": self.tp_comm_s,
+                "DP comm (exposed)": self.step_s - self.compute_s - self.bubble_s - self.tp_comm_s - self.pp_comm_s,
+                "PP comm": self.pp_comm_s}
+
+
+def step_time(model: ModelShape, cluster: Cluster, layout: Layout, global_batch: int, *, micro_batch: int = 1,
+              v: int = 1, mfu: float = 0.5, zero_stage: int = 1, checkpoint: str = "block",
+              dp_overlap: float = 1.0, require_fit: bool = False) -> StepEstimate:
+    """Predicted memory per GPU and time per step (seconds) of training `model` with `layout` on `cluster`.
+
+    Assumptions, stated: bf16 mixed-precision AdamW; compute runs at `mfu` of peak; with checkpoint="block" every
+    layer is recomputed (one more forward, and its TP all-reduces again); tensor parallelism's 4 (6 with
+    recomputation) all-reduces of b·s·h bf16 values per layer and micro-batch are exposed, over NVLink when tp
+    fits a node, else over the network; the gradient all-reduce (bf16) runs over the network and `dp_overlap` of
+    it hides behind backward; pipeline sends of b·s·h per micro-batch and boundary are exposed once per stage.
+    require_fit=True raises ValueError when the layout does not fit the GPU's memory.
+    """
+    check_layout(model, layout)
+    if not 0 < mfu <= 1:
+        raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
+    if global_batch % (layout.dp * micro_batch):
+        raise ValueError(f"the global batch ({global_batch}) must split into dp × micro_batch = "
+                         f"{layout.dp} × {micro_batch} sequences")
+    m = global_batch // (layout.dp * micro_batch)
+    if v > 1 and m % layout.pp:
+        raise ValueError(f"interleaving needs the micro-batches per pipeline ({m}) to be a multiple of "
+                         f"pp = {layout.pp}")
+    recompute = checkpoint == "block"
+    mem = memory_per_gpu(model, layout, zero_stage=zero_stage, micro_batch=micro_batch, checkpoint=checkpoint)
+    world = layout.world
+    compute = flops_per_token(model, recompute) * global_batch * model.seq / (world * cluster.peak_flops * mfu)
+    bubble = bubble_fraction(layout.pp, m, v) if layout.pp > 1 else 0.0
+    bubble_s = compute * bubble / (1 - bubble)
+    bsh = micro_batch * model.seq * model.n_embd * 2
+    tp_bw = cluster.intra_bw if layout.tp <= cluster.gpus_per_node else cluster.inter_bw
+    per_layer = (6 if recompute else 4) * collective_time("all_reduce", bsh, layout.tp, tp_bw, cluster.latency)
+    tp_s = per_layer * math.ceil(model.n_layer / layout.pp) * m if layout.tp > 1 else 0.0  # each rank: L/pp layers
+    n = model.n_params or architecture(model.n_layer, model.n_embd, model.n_head, model.vocab, model.seq, 1).n_params
+    dp_s = collective_time("all_reduce", 2 * n / (layout.tp * layout.pp), layout.dp, cluster.inter_bw,
+                           cluster.latency) if layout.dp > 1 else 0.0
+    pp_s = 2 * (layout.pp - 1) * bsh / cluster.inter_bw if layout.pp > 1 else 0.0
+    step = compute + bubble_s + tp_s + (1 - dp_overlap) * dp_s + pp_s
+    if require_fit and mem.total > cluster.gpu_memory:
+        raise ValueError(f"{layout} does not fit: {mem.total / 1e9:.1f} GB per GPU > the GPU's "
+                         f"{cluster.gpu_memory / 1e9:.0f} GB ({mem.convention})")
+    return StepEstimate(layout, mem, mem.total <= cluster.gpu_memory, m, compute, bubble, bubble_s, tp_s, dp_s, pp_s,
+                        step)
+
+
+def rank_layouts(model: ModelShape, cluster: Cluster, world: int, global_batch: int, **kw) -> list[StepEstimate]:
+    """Every dp × tp × pp layout of `world` GPUs (tp within a node) that the batch allows, fastest fitting first,
+    then those that do not fit."""
+    out = []
+    for layout in layouts(world, model, cluster.gpus_per_node):
+        try:
+            out.append(step_time(model, cluster, layout, global_batch, **kw))
+        except ValueError:
+            continue  # the batch does not split over this dp (or interleaving over this pp)
+    return sorted(out, key=lambda e: (not e.fits, e.step_s))

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from lessons import (checkpointing, data_parallel, fsdp, memory_budget, optimizers, pipeline, precision, schedules,
-                     stability, training_loop)
+                     stability, tensor_parallel, training_loop)
 
 LESSONS = (training_loop, optimizers, schedules, stability, precision, checkpointing, memory_budget, data_parallel,
-           fsdp, pipeline)
+           fsdp, pipeline, tensor_parallel)
 
 
 def ranges(module) -> list[tuple[str, str, str, str]]:
