@@ -128,6 +128,21 @@ def comm_table(res: dict, S: Settings) -> go.Figure:
                              f"{S.batch_size}·{S.block_size}·{S.n_embd}")
 
 
+def module_table(res: dict) -> go.Figure:
+    """Which module of block 0 issues which collective (DTensor's CommDebugMode), TP and TP + SP, at the smallest tp."""
+    t = min(res["tp"])
+    c = res["tp"][t][0]["comm"]
+    rows = []
+    for variant in ("dtensor", "dtensor+sp"):
+        for fqn, d in c[variant]["per_module"].items():
+            if ".h.0." in fqn or fqn.endswith(".h.0") or fqn.endswith("ln_f"):
+                fmt = lambda x: ", ".join(f"{k} × {n}" for k, n in x.items()) or "—"  # noqa: E731
+                if d["forward"] or d["backward"]:
+                    rows.append((variant, fqn.split("transformer.")[-1], fmt(d["forward"]), fmt(d["backward"])))
+    return plots.table(("version", "module", "forward", "backward"), rows, row_height=30,
+                       title=f"Collectives by module, block 0 (tp = {t}; a parent counts its children's too)")
+
+
 def comm_findings(ledger: Ledger, res: dict, S: Settings) -> str:
     parts = []
     for t, r in res["tp"].items():

@@ -149,7 +149,11 @@ def comm(job: TPJob) -> dict:
         with counter, debug, WireBytes() as wire:
             _one_step(model, X, Y)
         calls = {str(k).split(".")[-1]: v for k, v in debug.get_comm_counts().items()}
-        out[variant] = {"calls": calls or dict(counter.calls), "input_bytes": dict(counter.bytes), "wire": wire.bytes}
+        per_module = {fqn: {phase: {str(k).split(".")[-1]: n for k, n in d.get(phase, {}).items() if n}
+                            for phase in ("forward", "backward")}
+                      for fqn, d in debug.comm_module_counts.items() if fqn != "Global"}
+        out[variant] = {"calls": calls or dict(counter.calls), "input_bytes": dict(counter.bytes), "wire": wire.bytes,
+                        "per_module": per_module}
     out["bsh_bytes"] = M = job.batch_size * job.block_size * job.n_embd * 4
     # one collective of M bytes each, alone, on the wire: what gloo itself sends for it
     x = torch.ones(M // 4, device=device())
