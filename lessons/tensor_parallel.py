@@ -248,7 +248,8 @@ def two_d_findings(ledger: Ledger, res: dict) -> str:
     return (f"First-step gradients differ by {grads:.1e}; over the first {min(len(diffs), CURVE_WINDOW)} steps the "
             f"losses differ by at most {max(diffs[:CURVE_WINDOW]):.1e}, over all {len(diffs)} by {max(diffs):.1e} — "
             "the two runs add the same numbers in a different order, and an unclipped run at this learning rate "
-            "amplifies last-bit differences into visibly different curves within a few tens of steps. The mesh: ranks 0–1 and 2–3 are the tensor-parallel groups, (0, 2) and (1, 3) the "
+            "amplifies last-bit differences into visibly different curves within a few tens of steps. The mesh: "
+            "ranks 0–1 and 2–3 are the tensor-parallel groups, (0, 2) and (1, 3) the "
             "data-parallel ones — tensor parallelism innermost, where a real cluster's fast links are.")
 
 
