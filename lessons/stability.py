@@ -408,11 +408,14 @@ def clip_claims(d: dict[tuple, dict], clip_steps: int) -> dict[str, tuple]:
     if clip_steps < MIN_CLIP_STEPS:
         return {}
     return {
+        # At 320 steps, seeds 0-2 measured 1.76-2.73 (SGD) and 1.70-2.06 (AdamW): neither optimizer is reliably
+        # helped more than the other, so the claim is the same cut for both; without clipping it would be ~1.
         "sgd_clip": ("SGD + momentum: clipping at 1.0 cuts the bad batches' damage (peak excess val loss, no clip ÷ "
-                     "clip)", d[("SGD", None)]["peak_excess"] / max(d[("SGD", 1.0)]["peak_excess"], 1e-3), at_least(2)),
-        "adamw_clip": ("AdamW: clipping reduces the damage too, less dramatically (peak excess, no clip ÷ clip)",
+                     "clip)", d[("SGD", None)]["peak_excess"] / max(d[("SGD", 1.0)]["peak_excess"], 1e-3),
+                     at_least(1.4)),
+        "adamw_clip": ("AdamW: clipping cuts the damage too (peak excess, no clip ÷ clip)",
                        d[("AdamW", None)]["peak_excess"] / max(d[("AdamW", 1.0)]["peak_excess"], 1e-3),
-                       at_least(1.2)),
+                       at_least(1.4)),
     }
 
 
