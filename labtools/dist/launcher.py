@@ -209,12 +209,15 @@ def write_job(run_dir: Path, target: str, config: dict | None, backend: str, col
 
 def launch(fn, nprocs: int, config=None, *, backend: str = "auto", timeout_s: float | None = 300,
            collective_timeout_s: float = 60, desc: str | None = None, show_progress: bool = True,
-           keep_dir: bool = False, allow: tuple[str, ...] = ()) -> list[dict]:
+           keep_dir: bool = False, allow: tuple[str, ...] = (), max_restarts: int = 0) -> list[dict]:
     """Run fn(config) on nprocs ranks via torchrun and return each rank's dict, in rank order.
 
     timeout_s bounds the whole run (None: no bound — a run that shows progress may take as long as it needs,
     and a hang still ends at the collective timeout); collective_timeout_s is the process-group timeout (a collective that
     not every rank reaches fails after it). allow names extra module prefixes a target may come from.
+    max_restarts: when a rank fails, torchrun stops the group and starts it again, up to this many times (an
+    elastic run: the rank function resumes from its own checkpoint; toolkit.restart_count() says which attempt
+    runs); the results are the last attempt's, and failures of earlier attempts are not the run's failure.
     Bad input raises ValueError before any process starts.
     """
     if not isinstance(nprocs, int) or isinstance(nprocs, bool) or nprocs < 1:
@@ -222,6 +225,8 @@ def launch(fn, nprocs: int, config=None, *, backend: str = "auto", timeout_s: fl
     if (timeout_s is not None and not timeout_s > 0) or not collective_timeout_s > 0:
         raise ValueError(f"timeout_s (or None) and collective_timeout_s must be > 0, got {timeout_s}, "
                          f"{collective_timeout_s}")
+    if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or not 0 <= max_restarts <= 100:
+        raise ValueError(f"max_restarts must be an int in [0, 100], got {max_restarts!r}")
     target = target_of(fn, allow)
     _, fn = _resolve_name(target, allow)
     data = encode_config(fn, config)
@@ -241,9 +246,14 @@ def launch(fn, nprocs: int, config=None, *, backend: str = "auto", timeout_s: fl
     env["PYTHONPATH"] = os.pathsep.join(sorted(roots) + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     if backend == "gloo":
         env["OMP_NUM_THREADS"] = "1"  # one thread per rank: ranks share this machine's cores
+    if max_restarts:
+        # torchrun shares one TCP store across restarts, and the process group's keys carry no attempt number:
+        # a restarted rank could read a dead peer's address from the failed attempt (gloo: "connectFullMesh
+        # failed ... Connect timeout", 1 run in ~4 here). A store per attempt (rank 0 hosts it) has no stale keys.
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     cmd = [sys.executable, "-m", "labtools.dist.supervise", str(os.getpid()), str(run_dir), "--",
            sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nprocs}",
-           "--max-restarts=0", "--monitor-interval=0.2", "-m", "labtools.dist.worker", str(job)]
+           f"--max-restarts={max_restarts}", "--monitor-interval=0.2", "-m", "labtools.dist.worker", str(job)]
     log = open(run_dir / "torchrun.log", "wb")
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     bar = progress(total=None, desc=desc or f"{target} × {nprocs} ({backend})", disable=not show_progress)
@@ -383,8 +393,10 @@ def diagnose(run_dir: Path, nprocs: int, returncode: int | None) -> RankFailed |
     are consequences); else what torchrun reported.
     """
     errors = _read_errors(run_dir)
-    if returncode == 0 and not errors:
-        return None
+    if returncode == 0 and _all_results(run_dir, nprocs):
+        return None  # errors of earlier attempts (an elastic run that restarted) are not this run's failure
+    last = max([e.get("attempt", 0) for e in errors], default=0)
+    errors = [e for e in errors if e.get("attempt", 0) == last]  # the attempt that ended the run
     log = (run_dir / "torchrun.log").read_text(errors="replace") if (run_dir / "torchrun.log").exists() else ""
     failures = torchrun_failures(log)
     with_error = {e["rank"] for e in errors}
@@ -429,6 +441,8 @@ def read_results(run_dir: Path, nprocs: int | None = None) -> list[dict]:
             raise RuntimeError(f"{f} belongs to another run than {run_dir / 'job.json'}")
         results[r["dist"]["rank"]] = r
     worlds = {r["dist"]["world_size"] for r in results.values()}
+    if len({r["dist"].get("restarts", 0) for r in results.values()}) > 1:
+        raise RuntimeError(f"results in {run_dir} come from different attempts of an elastic run")
     if len(worlds) > 1:
         raise RuntimeError(f"results in {run_dir} disagree on the world size: {sorted(worlds)}")
     world = nprocs if nprocs is not None else (worlds.pop() if worlds else 0)

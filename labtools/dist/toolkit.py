@@ -48,6 +48,11 @@ def world_size() -> int:
     return dist.get_world_size() if distributed() else 1
 
 
+def restart_count() -> int:
+    """How many times torchrun restarted this run's ranks (launch(..., max_restarts=k)); 0 on the first attempt."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+
 def device() -> torch.device:
     """This rank's device: its own GPU under NCCL, the CPU under gloo (and cuda if present without a group)."""
     if distributed():

@@ -5,7 +5,8 @@
 JOB.json: {"run_id": "...", "target": "package.module:function", "config": {...} | null, "backend": "gloo" |
 "nccl", "collective_timeout_s": 60, "run_dir": "..."}. The config is rebuilt into the dataclass the function is
 annotated with. The rank writes run_dir/rank{r}.json (the function's dict plus a "dist" entry), or
-run_dir/rank{r}.error.json with its traceback, and its output to rank{r}.log.
+run_dir/rank{r}.attempt{a}.error.json with its traceback (a = torchrun's restart count), and its output to
+rank{r}.log.
 
 A job file is code: the target must come from the lab's packages or a prefix listed in LABTOOLS_ALLOW_TARGETS
 in this process's environment (not in the job file).
@@ -55,6 +56,9 @@ def main(job_path: str) -> int:
     job = json.loads(Path(job_path).read_text())
     run_dir = Path(job["run_dir"])
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))  # > 0: torchrun restarted the group
+    if attempt:
+        (run_dir / f"rank{rank}.json").unlink(missing_ok=True)  # a result of a failed attempt is not this run's
     (run_dir / "pids").mkdir(exist_ok=True)
     (run_dir / "pids" / f"rank{rank}.pid").write_text(str(os.getpid()))
     _redirect_output(run_dir / f"rank{rank}.log")
@@ -76,12 +80,13 @@ def main(job_path: str) -> int:
         if not isinstance(result, dict):
             raise TypeError(f"{job['target']} must return a dict, returned {type(result).__name__}")
         result = dict(result, dist={"rank": rank, "world_size": dist.get_world_size(), "backend": backend,
-                                    "device": str(device), "seconds": seconds, "run_id": job.get("run_id")})
+                                    "device": str(device), "seconds": seconds, "run_id": job.get("run_id"),
+                                    "restarts": attempt})
         payload = json.dumps(result)
     except BaseException as e:  # noqa: BLE001 - recorded for the launcher, then the rank exits non-zero
         error = {"rank": rank, "time": time.time(), "error": f"{type(e).__name__}: {e}",
-                 "traceback": traceback.format_exc(), "run_id": job.get("run_id")}
-        _write(run_dir / f"rank{rank}.error.json", json.dumps(error))
+                 "traceback": traceback.format_exc(), "run_id": job.get("run_id"), "attempt": attempt}
+        _write(run_dir / f"rank{rank}.attempt{attempt}.error.json", json.dumps(error))
         traceback.print_exc()
         sys.stderr.flush()
         os._exit(1)  # no teardown: a peer may be stuck in a collective; torchrun stops the rest
