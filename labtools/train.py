@@ -11,14 +11,17 @@ The learning rate is `cfg.lr * cfg.lr_schedule(step)`, a pure function of the st
 Introduced in notebooks/00_training_loop.ipynb.
 """
 
+import dataclasses
 import math
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import torch
 
+from labtools import checkpoint
 from labtools.data import Corpus
 from labtools.optim import param_groups
 from labtools.progress import progress
@@ -45,6 +48,10 @@ class TrainConfig:
     eval_batches: int = 10            # validation batches per estimate (the same batches each time)
     seed: int = 0                     # seeds batch sampling and dropout
     start_step: int = 0               # first step's number (resuming or branching a run): the schedule sees it
+    checkpoint_dir: str | None = None  # save the whole training state here; resume from its latest() if any
+    checkpoint_every: int = 0         # steps between checkpoints (0: none); the last step is always saved
+    keep_checkpoints: int = 3         # newest checkpoints kept (older ones deleted once the new one verified)
+    stop_at: int | None = None        # end the run after this step (an interruption), as if the process died
     progress: bool = True             # show a progress bar
     desc: str = "train"               # progress bar label
 
@@ -70,6 +77,17 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.grad_clip must be > 0 or None, got {self.grad_clip!r}")
         if not isinstance(self.start_step, int) or self.start_step < 0:
             raise ValueError(f"TrainConfig.start_step must be an int >= 0, got {self.start_step!r}")
+        for name in ("checkpoint_every", "keep_checkpoints"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < (name == "keep_checkpoints"):
+                raise ValueError(f"TrainConfig.{name} must be an int >= {int(name == 'keep_checkpoints')}, "
+                                 f"got {value!r}")
+        if self.checkpoint_every and self.checkpoint_dir is None:
+            raise ValueError("TrainConfig.checkpoint_every needs a checkpoint_dir")
+        if self.stop_at is not None and not (isinstance(self.stop_at, int)
+                                             and self.start_step < self.stop_at <= self.start_step + self.steps):
+            raise ValueError(f"TrainConfig.stop_at must be a step in ({self.start_step}, "
+                             f"{self.start_step + self.steps}], got {self.stop_at!r}")
 
 
 @dataclass
@@ -173,10 +191,18 @@ def train(model: torch.nn.Module, data: Corpus, cfg: TrainConfig, *,
 
     t_start = time.perf_counter()
     model.train()
-    run_eval(cfg.start_step)
-    bar = progress(total=cfg.steps, desc=cfg.desc, disable=not cfg.progress)
     end = cfg.start_step + cfg.steps
-    for step in range(cfg.start_step, end):
+    first = cfg.start_step
+    if cfg.checkpoint_dir is not None:
+        Path(cfg.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        path = checkpoint.latest(cfg.checkpoint_dir)
+        if path is not None:
+            first = _resume(path, cfg, model, optimizer, scaler, g, hist)
+    if first == cfg.start_step:
+        run_eval(cfg.start_step)
+    stop = end if cfg.stop_at is None else cfg.stop_at
+    bar = progress(total=stop - first, desc=cfg.desc, disable=not cfg.progress)
+    for step in range(first, stop):
         t0 = time.perf_counter()
         mult = cfg.lr_schedule(step)
         if not 0 <= mult < math.inf:
@@ -223,12 +249,51 @@ def train(model: torch.nn.Module, data: Corpus, cfg: TrainConfig, *,
             hist.extra.setdefault(key, []).append(value)
         if (step + 1 - cfg.start_step) % cfg.eval_every == 0 or step + 1 == end:
             run_eval(step + 1)
+        if cfg.checkpoint_dir is not None and ((cfg.checkpoint_every and (step + 1 - cfg.start_step)
+                                                % cfg.checkpoint_every == 0) or step + 1 == end):
+            hist.seconds += time.perf_counter() - t_start
+            t_start = time.perf_counter()
+            _save(cfg, step + 1, model, optimizer, scaler, g, hist)
         bar.update(1)
         if step % 10 == 0 or step + 1 == end:
             bar.set_postfix(loss=f"{loss_sum:.3f}", val=f"{hist.val_loss[-1]:.3f}", refresh=False)
     bar.close()
-    hist.seconds = time.perf_counter() - t_start
+    hist.seconds += time.perf_counter() - t_start
     return hist
+
+
+def _save(cfg: TrainConfig, step: int, model, optimizer, scaler, g: torch.Generator, hist: History) -> Path:
+    """The whole training state after `step` steps: what a resumed run needs to continue bit for bit."""
+    config = model.config
+    return checkpoint.save(
+        cfg.checkpoint_dir, step, keep=cfg.keep_checkpoints,
+        model=model.state_dict(), optimizer=optimizer.state_dict(),
+        scaler=scaler.state_dict() if hasattr(scaler, "state_dict") else {},
+        rng=checkpoint.rng_state(g),  # dropout (torch's global generator) and the data position (g)
+        history=dataclasses.asdict(hist),
+        run={"seed": cfg.seed, "start_step": cfg.start_step, "steps": cfg.steps,
+             "model_config": dataclasses.asdict(config) if dataclasses.is_dataclass(config) else {}})
+
+
+def _resume(path: Path, cfg: TrainConfig, model, optimizer, scaler, g: torch.Generator, hist: History) -> int:
+    """Restore a checkpoint _save() wrote into this run's objects; returns the step to continue from."""
+    state = checkpoint.load(path, map_location=next(model.parameters()).device)
+    run, step = state["run"], state["step"]
+    if run["seed"] != cfg.seed or run["start_step"] != cfg.start_step:
+        raise ValueError(f"{path} belongs to another run (seed {run['seed']}, start_step {run['start_step']}; this "
+                         f"one: {cfg.seed}, {cfg.start_step}): use an empty checkpoint_dir for a new run")
+    if not cfg.start_step < step <= cfg.start_step + cfg.steps:
+        raise ValueError(f"{path} is at step {step}, outside this run's steps ({cfg.start_step}, "
+                         f"{cfg.start_step + cfg.steps}]")
+    checkpoint.load_model_state(model, state["model"], where=str(path))
+    optimizer.load_state_dict(state["optimizer"])
+    if state["scaler"]:
+        scaler.load_state_dict(state["scaler"])
+    checkpoint.set_rng_state(state["rng"], g)
+    saved = History(**state["history"])
+    for f in dataclasses.fields(History):
+        setattr(hist, f.name, getattr(saved, f.name))
+    return step
 
 
 def save_checkpoint(path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
