@@ -239,3 +239,39 @@ def test_make_job_validates_the_config_before_any_node_runs(tmp_path):
     assert bad.returncode != 0 and "nope" in bad.stderr
     outside = run_cli("make-job", "os:getcwd", "--run-dir", str(tmp_path / "r2"), check=False)
     assert outside.returncode != 0 and "outside the lab's packages" in outside.stderr
+
+
+# --- elastic runs (launch(..., max_restarts=k)) -------------------------------------------------------------------
+
+def test_an_elastic_run_with_a_killed_rank_ends_bitwise_equal_to_an_uninterrupted_one(tmp_path):
+    """Rank 1 SIGKILLs itself mid-run; torchrun restarts both ranks, which resume from the newest checkpoint.
+    The failed attempt's error file (rank 0's "connection reset") must not fail the run that then succeeded."""
+    import shutil
+
+    from lessons.ranks.fault_tolerance import ElasticJob, elastic
+    job = dict(n_layer=1, n_embd=32, block_size=32, batch_size=4, steps=10, every=3)
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    whole = launch(elastic, 2, ElasticJob(**job, directory=str(tmp_path / "a")), show_progress=False)
+    killed = launch(elastic, 2, ElasticJob(**job, directory=str(tmp_path / "b"), kill_at=7), max_restarts=1,
+                    show_progress=False, keep_dir=True)
+    run_dirs = list(Path(os.environ["LABTOOLS_RUN_ROOT"]).glob("labtools-dist-*"))
+    try:
+        assert [r["restarts"] for r in killed] == [1, 1] and killed[0]["dist"]["restarts"] == 1
+        assert killed[0]["resumed_from"] == 6
+        assert killed[0]["digest"] == whole[0]["digest"] and killed[0]["losses"] == whole[0]["losses"]
+        assert any(d.glob("rank*.attempt0.error.json") for d in run_dirs), "the first attempt left no error file"
+    finally:
+        assert wait_gone(Path(os.environ["LABTOOLS_RUN_ROOT"])) == []
+        for d in run_dirs:
+            shutil.rmtree(d)
+
+
+def test_an_elastic_run_that_keeps_failing_names_the_rank_of_its_last_attempt():
+    with pytest.raises(RankFailed, match="rank 1 failed: ValueError: deliberate failure on rank 1"):
+        launch(checks.fail_on, 2, Fault(rank=1), max_restarts=1, show_progress=False)
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True, 101])
+def test_max_restarts_is_validated(value):
+    with pytest.raises(ValueError, match="max_restarts"):
+        launch(checks.hello, 2, max_restarts=value, show_progress=False)
