@@ -520,7 +520,7 @@ def elastic_findings(ledger: Ledger, S: Settings, el: dict) -> str:
             f"(`launch(..., max_restarts=1)`; restart count {killed[0]['restarts']}). The new ranks found the "
             f"checkpoint of step {killed[0]['resumed_from']} (one every {every} steps), resumed, and finished with "
             "parameters bitwise equal to the uninterrupted run's. The failed attempt's errors did not fail the run "
-            "that later succeeded, and no process was left behind (tests/test_fault_tolerance.py checks both).")
+            "that later succeeded, and no process was left behind (tests/test_dist.py checks both).")
 
 
 # --- 6. how often to save -------------------------------------------------------------------------------------------
