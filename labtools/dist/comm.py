@@ -138,6 +138,7 @@ class WireBytes:
         dist.barrier()
         # NCCL moves data over NVLink/PCIe/InfiniBand, not the loopback interface: nothing to read there
         self._start = loopback_bytes() if dist.get_backend() == "gloo" else None
+        dist.barrier()  # no rank starts sending before every rank has read the counter (a few bytes of barrier)
         return self
 
     def __exit__(self, *exc):

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from labtools.dist.comm import DDPCommCounter, ring_all_reduce
+from labtools.dist.comm import DDPCommCounter, WireBytes, ring_all_reduce
 from labtools.dist.toolkit import (GPTJob, accumulate, build_gpt, global_batch, rank_rows, report_progress,
                                    train_step, world_size)
 from labtools.optim import param_groups
@@ -52,6 +52,9 @@ def _grads(model: torch.nn.Module) -> list[torch.Tensor]:
     return [p.grad for p in model.parameters()]
 
 
+WIRE_REPEATS = 5
+
+
 def equivalence(job: DPJob) -> dict:
     """N ranks × batch B against one process × batch N·B: gradients (naive all-reduce and DDP), the ring
     all-reduce against dist.all_reduce, and job.steps AdamW steps of DDP (the global loss per step)."""
@@ -69,17 +72,32 @@ def equivalence(job: DPJob) -> dict:
     ddp = DDP(build_gpt(job))
     ddp.register_comm_hook(None, counter.hook)
     ddp(rank_rows(X), rank_rows(Y))[1].backward()
+    grads = [g.clone() for g in _grads(ddp)]
+    ddp_bytes, ddp_buckets = counter.bytes, counter.calls  # one backward's (the wire repeats more below)
 
     local = torch.cat([p.grad.flatten() for p in naive.parameters()]) * N  # a summed gradient, once more
     ring, torch_sum = local.clone(), local.clone()
     sent = ring_all_reduce(ring)
     dist.all_reduce(torch_sum)
+    # Bytes on the loopback interface, all ranks together (gloo ranks only), over WIRE_REPEATS repetitions of each:
+    # other local traffic (a notebook's messages) and barrier bytes shrink relative to the collective's.
+    with WireBytes() as ring_wire:
+        for _ in range(WIRE_REPEATS):
+            ring_all_reduce(local.clone())
+    with WireBytes() as torch_wire:
+        for _ in range(WIRE_REPEATS):
+            dist.all_reduce(local.clone())
+    with WireBytes() as ddp_wire:
+        for _ in range(WIRE_REPEATS):
+            ddp(rank_rows(X), rank_rows(Y))[1].backward()
+    wire = {"ring": ring_wire.bytes, "all_reduce": torch_wire.bytes, "ddp_step": ddp_wire.bytes}
     grad_bytes = sum(p.numel() * p.element_size() for p in ddp.parameters())
-    return {"naive_max_diff": _max_diff(_grads(naive), ref_grads), "ddp_max_diff": _max_diff(_grads(ddp), ref_grads),
+    return {"naive_max_diff": _max_diff(_grads(naive), ref_grads), "ddp_max_diff": _max_diff(grads, ref_grads),
             "ring_max_diff": (ring - torch_sum).abs().max().item(), "ring_bytes_sent": sent,
             "ring_bytes_formula": collective_bytes("all_reduce", local.numel() * local.element_size(), N),
             "grad_bytes": grad_bytes,
-            "ddp_allreduce_bytes": counter.bytes, "ddp_buckets": counter.calls, "ddp_losses": _train_ddp(job)}
+            "ddp_allreduce_bytes": ddp_bytes, "ddp_buckets": ddp_buckets, "ddp_losses": _train_ddp(job),
+            "wire": {k: None if v is None else v / WIRE_REPEATS for k, v in wire.items()}}
 
 
 def _train_ddp(job: DPJob) -> list[float]:

@@ -13,7 +13,7 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from labtools.dist.comm import CollectiveCounter, DDPCommCounter
+from labtools.dist.comm import CollectiveCounter, DDPCommCounter, WireBytes
 from labtools.dist.toolkit import (GPTJob, build_gpt, device, global_batch, rank_rows, report_progress, train_step,
                                    world_size)
 from labtools.memory import tensor_bytes
@@ -70,7 +70,7 @@ def sharding(job: GPTJob) -> dict:
         ddp_counter = DDPCommCounter()
         if isinstance(module, DDP):
             module.register_comm_hook(None, ddp_counter.hook)
-        with CollectiveCounter() as counter:
+        with WireBytes() as wire, CollectiveCounter() as counter:  # the wire: what gloo really sent, all ranks
             _, loss = module(X, Y)
             held = tensor_bytes(owner.parameters())  # between forward and backward
             loss.backward()
@@ -80,7 +80,8 @@ def sharding(job: GPTJob) -> dict:
         if ddp_counter.calls:  # DDP's all-reduces run from C++: counted by its hook instead
             calls["all_reduce"], sent["all_reduce"] = ddp_counter.calls, ddp_counter.bytes
         out[strategy] = {"params": tensor_bytes(owner.parameters()), "held_after_forward": held, "grads": grads,
-                         "optimizer": _optimizer_bytes(opt), "calls": calls, "input_bytes": sent, "n_params": n_params}
+                         "optimizer": _optimizer_bytes(opt), "calls": calls, "input_bytes": sent, "n_params": n_params,
+                         "wire_bytes": wire.bytes}
         report_progress(i + 1, len(STRATEGIES), strategy)
     return out
 
