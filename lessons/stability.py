@@ -391,7 +391,8 @@ def accumulation_findings(ledger: Ledger, S: Settings, runs: dict[str, History],
             f"lr × {k} (max difference {same:.1e}): summing is exactly a {k}× learning rate. **AdamW** without "
             f"clipping: {v['AdamW · sum (bug)']:.3f} summed vs {v['AdamW · mean']:.3f} averaged. Adam divides out the "
             f"gradient's scale, so both take the same steps (their losses agree to {early:.0e} over the first 5 "
-            "steps); later they drift apart the way any two runs whose arithmetic differs in the last bit do. With "
+            "steps); later they drift apart because of ε, which is added to √v̂: summing makes √v̂ k× larger, so ε "
+            "weighs k× less (with ε = 0 the two runs are bitwise identical: tests/test_lesson_stability.py). With "
             f"clipping at 1.0 it does: the {k}× larger norm was clipped on "
             f"{clipped['AdamW · sum (bug) · clip 1']:.0%} of steps vs "
             f"{clipped['AdamW · mean · clip 1']:.0%}, and the runs ended at "
@@ -423,12 +424,14 @@ def recipe_findings(ledger: Ledger, S: Settings) -> str:
     fractions = {n: warmup_fraction(n) for n in RECIPES}
     ledger.note("warmup_fraction", fractions)
     gpt3, llama = fractions["GPT-3 175B"], fractions["LLaMA 2 70B"]
+    ours = S.batch_size * S.block_size
+    ratios = [r["batch_tokens"] / ours for r in RECIPES.values() if r["batch_tokens"]]
     return (f"Warmup is a tiny share of a large run: {gpt3:.2%} of GPT-3's tokens and {llama:.2%} of LLaMA 2's "
             "steps. Our runs "
             "are a few hundred steps, so the lab warms up over 10% of them — and lesson 02 measured that a warmup "
             "that short already protects Adam's first steps. The choices that do not depend on scale carry over "
             "unchanged: AdamW, β2 = 0.95 (lesson 01), weight decay 0.1 on matrices only, clipping at 1.0, cosine to "
             "10% of the peak. The peak learning rate grows as models shrink (LLaMA 2: 3e-4 at 7B, 1.5e-4 at 70B); our "
-            f"sub-million-parameter models train best near {S.adamw_lr:g} (lesson 01's landscape). A batch of "
-            f"{S.batch_size} × {S.block_size} = {S.batch_size * S.block_size:,} tokens is about a thousandth of "
-            "theirs.")
+            f"sub-million-parameter models run here at {S.adamw_lr:g} (lesson 01 maps the landscape of its own). A "
+            f"batch of {S.batch_size} × {S.block_size} = {ours:,} tokens is 1/{min(ratios):,.0f} to "
+            f"1/{max(ratios):,.0f} of theirs.")

@@ -38,3 +38,25 @@ def test_clip_by_global_norm_matches_torch():
     unchanged = [t.clone() for t in grads]
     lesson.clip_by_global_norm(unchanged, 100.0)  # under the threshold: untouched
     assert all(torch.equal(a, b) for a, b in zip(unchanged, grads))
+
+
+def test_summed_losses_under_adam_differ_only_through_eps():
+    """Summing k = 4 micro-batch losses makes every gradient exactly 4× (a power of two): Adam's m̂/√v̂ is then
+    unchanged bit for bit, and only ε (added to √v̂) tells the runs apart."""
+    import torch
+
+    from labtools.data import synthetic
+    from labtools.model import GPT, GPTConfig
+    from labtools.train import TrainConfig, train
+    corpus = synthetic()
+
+    def losses(normalize: bool, eps: float) -> list[float]:
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(vocab_size=corpus.vocab_size, block_size=16, n_layer=1, n_head=2, n_embd=16))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, eps=eps)
+        cfg = TrainConfig(steps=12, batch_size=8, accum_steps=4, accum_normalize=normalize, grad_clip=None,
+                          progress=False, eval_every=12, eval_batches=1)
+        return train(model, corpus, cfg, optimizer=opt).loss
+
+    assert losses(True, 0.0) == losses(False, 0.0)
+    assert losses(True, 1e-3) != losses(False, 1e-3)
