@@ -358,8 +358,10 @@ def estimate(n_params: int, *, precision: str = "bf16-mixed", optimizer: str = "
     if optimizer == "adafactor":
         if param_shapes is None:
             raise ValueError("optimizer='adafactor' needs param_shapes: its state is a row and a column per matrix")
-        state_numbers = sum((r + c) if len(shape) >= 2 else math.prod(shape)
-                            for shape in param_shapes for r, c in [(math.prod(shape[:-1]), shape[-1])])
+        # a (..., n, m) parameter keeps row statistics (..., n, 1) and column statistics (..., 1, m): one row and
+        # one column per leading index, as torch.optim.Adafactor and labtools.optim.Adafactor allocate them
+        state_numbers = sum((math.prod(shape[:-1]) + math.prod(shape[:-2]) * shape[-1]) if len(shape) >= 2
+                            else math.prod(shape) for shape in param_shapes)
         optimizer_bytes = state_numbers * s
     elif optimizer == "adam8bit":
         optimizer_bytes = 2 * n_params + 2 * 4 * math.ceil(n_params / 2048)

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 
@@ -146,3 +148,19 @@ def test_saved_tensor_tracker_follows_forwards_and_backwards():
         second.backward()
         assert t.current == 0
     assert t.peak == 2 * one - X.numel() * 8 - Y.numel() * 8
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 5), (2, 3, 4, 5), (6, 8), (7,)])
+def test_adafactor_state_of_any_rank_equals_what_both_optimizers_allocate(shape):
+    """One row and one column statistic per leading index: (a, n, m) keeps a·n + a·m numbers, not a·n + m."""
+    predicted = estimate(math.prod(shape), precision="fp32", optimizer="adafactor",
+                         param_shapes=[shape]).parts["optimizer state"]
+    for make in (lambda p: O.Adafactor([p]), lambda p: torch.optim.Adafactor([p])):
+        p = torch.nn.Parameter(torch.randn(shape))
+        p.grad = torch.randn(shape)
+        opt = make(p)
+        opt.step()
+        state = opt.state[p]
+        held = sum(v.numel() * v.element_size() for k, v in state.items() if torch.is_tensor(v) and k != "step")
+        assert held == predicted, (type(opt).__name__, {k: tuple(v.shape) for k, v in state.items()
+                                                        if torch.is_tensor(v)})
