@@ -127,10 +127,19 @@ def sharding_findings(ledger: Ledger, shard: dict[int, list[dict]]) -> str:
         ledger.add(f"z1_sum_{w}", f"ZeRO-1 shards only the optimizer state: the partitions add up to the whole "
                    f"({w} ranks)", sum(r["optimizer"] for r in z1) == 8 * n and all(r["params"] == full for r in z1),
                    is_true())
+        even = 8 * n / w
+        shares = [r["optimizer"] / even for r in z1]
+        ledger.add(f"z1_whole_params_{w}", f"ZeRO-1's partitions are uneven by less than one parameter's state: "
+                   f"ZeroRedundancyOptimizer gives each rank whole parameters ({w} ranks; worst |partition − even "
+                   "share| ÷ the largest parameter's AdamW state, measured)",
+                   max(abs(r["optimizer"] - even) for r in z1) / (8 * z1[0]["largest_param"]), at_most(1.0))
         d, r0z3 = res[0][STRATEGIES[0]], z3[0]
         parts.append(f"With {w} ranks, rank 0 holds {r0z3['params'] / d['params']:.3f} of the parameters, "
                      f"{r0z3['grads'] / d['grads']:.3f} of the gradients and {r0z3['optimizer'] / d['optimizer']:.3f} "
-                     f"of the optimizer state that DDP holds (1/N = {1 / w:.3f}).")
+                     f"of the optimizer state that DDP holds (1/N = {1 / w:.3f}). ZeRO-1's optimizer partitions are "
+                     f"{', '.join(f'{x:.3f}' for x in shares)} × the even share: ZeroRedundancyOptimizer assigns "
+                     "whole parameters to ranks (largest first, to the least-loaded rank), so the split is only as "
+                     "even as the parameters' sizes allow; FSDP2 splits every parameter itself, hence its exact 1/N.")
     w0 = min(shard)
     r0 = shard[w0][0]
     z2, z3 = r0["ZeRO-2: fully_shard, no reshard"], r0["ZeRO-3: fully_shard"]

@@ -64,6 +64,7 @@ def sharding(job: GPTJob) -> dict:
     mesh = init_device_mesh(device().type, (world_size(),))
     X, Y = _my_batch(job)
     n_params = sum(p.numel() for p in build_gpt(job).parameters())
+    largest = max(p.numel() for p in build_gpt(job).parameters())
     out = {}
     for i, strategy in enumerate(STRATEGIES):
         module, owner, opt = _wrap(job, strategy, mesh)
@@ -80,7 +81,8 @@ def sharding(job: GPTJob) -> dict:
         if ddp_counter.calls:  # DDP's all-reduces run from C++: counted by its hook instead
             calls["all_reduce"], sent["all_reduce"] = ddp_counter.calls, ddp_counter.bytes
         out[strategy] = {"params": tensor_bytes(owner.parameters()), "held_after_forward": held, "grads": grads,
-                         "optimizer": _optimizer_bytes(opt), "calls": calls, "input_bytes": sent, "n_params": n_params,
+                         "optimizer": _optimizer_bytes(opt), "calls": calls, "input_bytes": sent,
+                         "n_params": n_params, "largest_param": largest,
                          "wire_bytes": wire.bytes}
         report_progress(i + 1, len(STRATEGIES), strategy)
     return out
