@@ -306,7 +306,8 @@ def _check_int(name: str, value, lo: int = 1) -> None:
 
 def estimate(n_params: int, *, precision: str = "bf16-mixed", optimizer: str = "adamw", zero_stage: int | str = 0,
              dp: int = 1, tp: int = 1, pp: int = 1, offload: str | None = None, activations: int | None = None,
-             grads: str = "param", param_shapes: list[tuple] | None = None) -> MemoryBudget:
+             grads: str = "param", param_shapes: list[tuple] | None = None, gathered: int | None = None,
+             whole_low_precision_grads: bool = False) -> MemoryBudget:
     """Memory per GPU for training a model of n_params parameters.
 
     Convention (stated, because published numbers differ by exactly these choices):
@@ -322,7 +323,16 @@ def estimate(n_params: int, *, precision: str = "bf16-mixed", optimizer: str = "
       state and master weights, 2 also the gradients, 3 also the weights (Rajbhandari et al. 2020).
     - tp and pp divide every model state evenly (no replicated layers counted); activations are given per GPU.
     - offload: "optimizer" moves optimizer state and master weights to host memory; "params" moves weights
-      and gradients; "all" both. They then appear in cpu_parts.
+      and gradients; "all" both. They then appear in cpu_parts (gradients offloaded with the weights; DeepSpeed's
+      ZeRO-Offload instead streams gradients to the host optimizer — the same bytes, on the host).
+    - ZeRO-3 working set: a unit's weights are gathered whole for its forward and backward and its gradients are
+      produced whole before the reduce-scatter, so the GPU also holds one gathered unit: `gathered` parameters ×
+      (weight + gradient bytes, weights' dtype) — DeepSpeed's estimator adds 4 × the largest layer (bf16), FSDP
+      holds one unit, two while prefetching. Default: the largest of param_shapes if given, else not counted (said
+      in .convention). It stays on the GPU when everything else is offloaded.
+    - whole_low_precision_grads (ZeRO-2 with grads="param+fp32"): the weights'-dtype gradients backward produces are
+      counted whole on every GPU and only their fp32 copy is sharded — DeepSpeed's ZeRO-2 estimator, 4 + 16/N bytes
+      per parameter. Default False: the ZeRO paper's 2 + (2 + 12)/N.
     - bytes, not GB: 1 GB = 1e9 bytes here (7B × 16 = 112 GB = 104.3 GiB).
     """
     if not isinstance(n_params, int) or n_params < 1:
@@ -376,12 +386,25 @@ def estimate(n_params: int, *, precision: str = "bf16-mixed", optimizer: str = "
     per_gpu = {k: (v / dp if k in sharded else v) for k, v in full.items()}
     moved = {None: (), "optimizer": ("optimizer state", "master weights"), "params": ("weights", "gradients"),
              "all": ("weights", "gradients", "optimizer state", "master weights")}[offload]
+    if whole_low_precision_grads:
+        if zero_stage != 2 or grads != "param+fp32":
+            raise ValueError("whole_low_precision_grads describes ZeRO-2 with grads='param+fp32' (DeepSpeed's "
+                             f"estimator), got zero_stage={zero_stage}, grads={grads!r}")
+        per_gpu["gradients"] = (w * n_params + 4 * n_params / dp) / shard
+    if gathered is None and zero_stage == 3 and param_shapes is not None:
+        gathered = max(math.prod(shape) for shape in param_shapes)
+    if gathered is not None:
+        _check_int("gathered", gathered, 0)
     parts = {k: int(round(v)) for k, v in per_gpu.items() if k not in moved and v}
     cpu_parts = {k: int(round(v)) for k, v in per_gpu.items() if k in moved and v}
+    if zero_stage == 3 and gathered:
+        parts["gathered unit"] = int(round(2 * w * gathered / shard))
     if activations:
         parts["activations"] = activations
+    unit = ("" if zero_stage != 3 else f", gathered unit {gathered:,} params" if gathered
+            else ", gathered unit not counted")
     convention = (f"{precision}, {optimizer}, grads {grads}, ZeRO-{zero_stage} over dp={dp}, tp={tp}, pp={pp}"
-                  f"{f', offload {offload}' if offload else ''}")
+                  f"{f', offload {offload}' if offload else ''}{unit}")
     return MemoryBudget(parts, cpu_parts, n_params, convention)
 
 

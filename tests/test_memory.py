@@ -164,3 +164,27 @@ def test_adafactor_state_of_any_rank_equals_what_both_optimizers_allocate(shape)
         held = sum(v.numel() * v.element_size() for k, v in state.items() if torch.is_tensor(v) and k != "step")
         assert held == predicted, (type(opt).__name__, {k: tuple(v.shape) for k, v in state.items()
                                                         if torch.is_tensor(v)})
+
+
+# DeepSpeed's estimators (deepspeed/runtime/zero/stage_1_and_2.py and stage3.py), GPU side, no offload:
+# ZeRO-2: 4·P + 16·P/N; ZeRO-3: 4·largest_layer + 18·P/N; ZeRO-3 with parameters and optimizer offloaded: 4·largest.
+@pytest.mark.parametrize("P, N, largest", [(7_000_000_000, 8, 131_072_000), (1_300_000_000, 4, 51_000_000),
+                                           (70_000_000_000, 64, 1_000_000_000)])
+def test_estimate_matches_deepspeeds_estimators_with_their_conventions(P, N, largest):
+    z2 = estimate(P, zero_stage=2, dp=N, grads="param+fp32", whole_low_precision_grads=True).total
+    assert z2 == pytest.approx(4 * P + 16 * P / N, rel=0.01)
+    z3 = estimate(P, zero_stage=3, dp=N, grads="fp32", gathered=largest).total
+    assert z3 == pytest.approx(4 * largest + 18 * P / N, rel=0.01)
+    off = estimate(P, zero_stage=3, dp=N, grads="fp32", gathered=largest, offload="all")
+    assert off.total == pytest.approx(4 * largest, rel=0.01) and off.total > 0
+    assert "gathered unit" in off.convention
+
+
+def test_zero3_counts_the_gathered_unit_from_the_shapes_or_says_it_does_not():
+    shapes = [(1000, 64), (64, 256), (256,)]
+    n = sum(math.prod(s) for s in shapes)
+    b = estimate(n, zero_stage=3, dp=4, param_shapes=shapes)
+    assert b.parts["gathered unit"] == 2 * 2 * 64_000  # bf16 weights + gradients of the largest
+    assert "not counted" in estimate(n, zero_stage=3, dp=4).convention
+    with pytest.raises(ValueError, match="whole_low_precision_grads"):
+        estimate(n, zero_stage=3, whole_low_precision_grads=True)
