@@ -163,8 +163,8 @@ def comm_findings(ledger: Ledger, res: dict, S: Settings) -> str:
                    "gloo's own all-reduce and headers add a little)", wire / ring_bytes(S, t, False),
                    approx(1.0, rel=0.15))
         ledger.add(f"gloo_rs_{t}", f"tp = {t}: gloo's reduce-scatter puts about twice an all-gather's bytes on the "
-                   "wire — as much as its all-reduce (measured, one collective of b·s·h alone; the ring's would be "
-                   "equal)",
+                   "wire — as much as its all-reduce (measured, a collective of b·s·h alone, mean of 10; the ring's "
+                   "would be equal)",
                    rs_factor, approx(2.0, rel=0.15))
         sp_wire = c["dtensor+sp"]["wire"]
         ring_sp = ring_bytes(S, t, True)
