@@ -136,7 +136,7 @@ def table_70b_findings(ledger: Ledger, rows: dict) -> str:
     ledger.add("70b_fsdp", "70B, FULL_SHARD on 8 GPUs: 140 GB per GPU of model states (computed)", fsdp,
                approx(140, abs=1e-9), source="seeds")
     ledger.add("70b_ddp", "70B, DDP on 8 GPUs: every GPU holds all 1120 GB (computed)", ddp, approx(1120, abs=1e-9))
-    ledger.add("70b_fits", "… and even sharded, 140 GB does not fit an 80 GB GPU", fsdp > 80, is_true(),
+    ledger.add("70b_fits", "… and even sharded, 140 GB does not fit an 80 GB GPU (computed)", fsdp > 80, is_true(),
                source="seeds state 140 GB/GPU without saying this")
     return f"Computed: DDP {ddp:,.0f} GB per GPU, FULL_SHARD {fsdp:,.0f} GB per GPU."
 
@@ -172,13 +172,17 @@ def table_zero_findings(ledger: Ledger, rows: dict) -> str:
 
 def table_conventions() -> tuple[go.Figure, dict]:
     rows, budgets = [], {}
-    for name, grads, note in (("16", "param", "bf16 weights 2 + bf16 grads 2 + fp32 master 4 + Adam m, v 8"),
-                              ("18", "fp32", "gradients accumulated in fp32 (4) instead of bf16"),
-                              ("20", "param+fp32", "bf16 gradients and an fp32 copy for the optimizer (2 + 4)")):
+    for name, grads, note in (("16", "param", "bf16 weights 2 + bf16 grads 2 + fp32 master 4 + Adam m, v 8 (the ZeRO "
+                                              "paper's 2 + 2 + 12; Micikevicius et al. 2018)"),
+                              ("18", "fp32", "gradients accumulated in fp32 (4) instead of bf16 (DeepSpeed's ZeRO-3 "
+                                             "estimator: 18/N per GPU)"),
+                              ("20", "param+fp32", "bf16 gradients and an fp32 copy for the optimizer (2 + 4): the "
+                                                   "Ultra-Scale Playbook's 'fp32 grad accumulation', DeepSpeed's "
+                                                   "ZeRO-2 estimator (4 + 16/N)")):
         b = budgets[name] = estimate(7_000_000_000, grads=grads)
         rows.append((name, f"{b.bytes_per_param():.0f}", f"{b.total / GB:.0f} GB", f"{b.total / 2**30:.1f} GiB", note))
     fig = plots.table(("quoted", "computed B/param", "7B in GB", "7B in GiB", "the convention behind it"), rows,
-                      title="Bytes per parameter: three numbers, three conventions", row_height=40)
+                      title="Bytes per parameter: three numbers, three conventions", row_height=56)
     return fig, budgets
 
 
@@ -252,11 +256,11 @@ def validation_findings(ledger: Ledger, states: list[dict], acts: list[dict]) ->
     exact = sum(r["measured"] == r["predicted"] for r in states)
     worst = max(abs(r["predicted"] - r["measured"]) / r["measured"] for r in acts)
     ledger.add("states_exact", f"Predicted parameter, gradient and optimizer bytes equal measured, exactly "
-               f"({len(states)} model × optimizer pairs)", exact == len(states), is_true())
+               f"({len(states)} model × optimizer pairs; measured from the tensors)", exact == len(states), is_true())
     cpu = pick_device().type == "cpu"
     if cpu:  # fp32 on the CPU: the saved tensors are exactly the ones the formula lists
-        ledger.add("acts_exact", "Predicted activation bytes equal measured, exactly (CPU, fp32; worst relative gap)",
-                   worst, at_most(0.0))
+        ledger.add("acts_exact", "Predicted activation bytes equal measured, exactly (CPU, fp32; saved tensors "
+                   "measured; worst gap)", worst, at_most(0.0))
     else:  # GPU attention kernels keep their own extra statistics
         ledger.add("acts_10pct", "Predicted activation bytes within 10% of measured (GPU kernels; worst)", worst,
                    at_most(0.10))
