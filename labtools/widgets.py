@@ -174,6 +174,14 @@ def slider(value, lo, hi, step=None, description: str = "", log: bool = False, c
     return W.FloatSlider(value=value, min=lo, max=hi, step=step or (hi - lo) / 100, **common)
 
 
+def answer_check(expected: Mapping[str, float], rel: float = 0.01, unit: str = ""):
+    """An Exercise check: every answer within rel of its expected value (absolute rel below 1)."""
+    def check(answers: dict) -> tuple[bool, str]:
+        wrong = [k for k, v in expected.items() if abs(answers.get(k, 0.0) - v) > rel * max(1.0, abs(v))]
+        return (not wrong, f"right (within {rel:.0%})" if not wrong else f"not yet: {', '.join(wrong)}{unit}")
+    return check
+
+
 class Exercise:
     """A question with answer boxes, a Check button and a Show-solution button.
 

@@ -31,7 +31,7 @@ from labtools.optim import param_groups
 from labtools.profiles import check_range, resolve
 from labtools.schedules import bind, warmup_cosine
 from labtools.train import TrainConfig, train
-from labtools.widgets import Exercise, Panel, slider
+from labtools.widgets import Exercise, Panel, answer_check, slider
 from lessons.ranks import fault_tolerance as ranks
 from lessons.ranks.fault_tolerance import ElasticJob, ShardJob
 
@@ -615,21 +615,15 @@ def exercises(ledger: Ledger) -> list[Exercise]:
     lost_steps = 137 % 50
     ledger.note("exercise_interval_min", tau / 60)
 
-    def check(expected: dict):
-        def judge(a):
-            wrong = [k for k, v in expected.items() if abs(a.get(k, 0.0) - v) > 0.02 * max(1.0, abs(v))]
-            return (not wrong, "right" if not wrong else f"not yet: {', '.join(wrong)}")
-        return judge
-
     return [
         Exercise("The interval", "A save stalls training for 60 s and the cluster fails every 6 h on average. How "
                  "often should you save (minutes), and what share of the run is wasted (%), restart left out?",
                  {"minutes": "interval (min)", "percent": "waste (%)"},
-                 check({"minutes": tau / 60, "percent": 100 * w}),
+                 answer_check({"minutes": tau / 60, "percent": 100 * w}, rel=0.02),
                  f"τ = √(2·60·21600) s = **{tau / 60:.1f} min**; waste = δ/τ + τ/(2·MTBF) = **{100 * w:.2f}%** "
                  "(the two halves are equal at the optimum)."),
         Exercise("Redone work", "Checkpoints every 50 steps, the first at step 50. A rank dies during step 137. How "
-                 "many steps are computed twice?", {"steps": "steps"}, check({"steps": lost_steps}),
+                 "many steps are computed twice?", {"steps": "steps"}, answer_check({"steps": lost_steps}, rel=0.02),
                  f"The newest checkpoint is step 100 (saved after 100 steps); steps 100–136 ran and are lost: "
                  f"**{lost_steps}**. A kill in the middle of the save of step 150 would lose 50 — and with the "
                  "article's in-place save, everything."),

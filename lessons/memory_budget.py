@@ -17,7 +17,7 @@ from labtools.memory import (architecture, cuda_peak_bytes, estimate, model_stat
 from labtools.model import GPT, GPTConfig
 from labtools.plan import MODELS, Layout
 from labtools.profiles import check_range, resolve
-from labtools.widgets import Exercise, Panel
+from labtools.widgets import Exercise, Panel, answer_check
 
 GB = 1e9
 
@@ -270,10 +270,6 @@ def validation_findings(ledger: Ledger, states: list[dict], acts: list[dict]) ->
 
 # --- 4. exercises -------------------------------------------------------------------------------------------------
 
-def _close(x: float, target: float, rel: float = 0.01) -> bool:
-    return abs(x - target) <= rel * abs(target)
-
-
 def ex_zero_answers() -> dict:
     return {f"z{z}": estimate(7_000_000_000, zero_stage=z, dp=4).total / GB for z in range(4)}
 
@@ -318,30 +314,24 @@ def exercises(ledger: Ledger) -> list[Exercise]:
     ledger.add("layout", "The 405B layout of the exercise's solution fits 80 GB (computed)", fits, is_true())
     ledger.note("layout_solution", verdict)
 
-    def check_all(expected: dict, unit: str = ""):
-        def check(a):
-            wrong = [k for k, v in expected.items() if not _close(a.get(k, 0.0), v)]
-            return (not wrong, "all within 1%" if not wrong else f"not yet: {', '.join(wrong)}{unit}")
-        return check
-
     return [
         Exercise("ZeRO for 7B on 4 GPUs", "bf16 mixed precision with AdamW (16 bytes/param unsharded). What does one "
                  "GPU hold, in GB, for model states under ZeRO stages 0, 1, 2 and 3 with dp = 4?",
-                 {f"z{s}": f"stage {s}" for s in range(4)}, check_all(z),
+                 {f"z{s}": f"stage {s}" for s in range(4)}, answer_check(z),
                  "Stage 0: 2 + 2 + 12 = 16 B/param → **112 GB**. Stage 1 shards the 12 bytes of fp32 master + Adam "
                  f"state: 2 + 2 + 12/4 = 7 → **{z['z1']:.1f} GB**. Stage 2 also the gradients: 2 + 14/4 = 5.5 → "
                  f"**{z['z2']:.1f} GB**. Stage 3 everything: 16/4 = 4 → **{z['z3']:.1f} GB**."),
         Exercise("A 70B all-reduce", "Data parallelism over 256 GPUs, bf16 gradients, a ring all-reduce over a "
                  "100 Gb/s link per GPU with α = 10 µs per step. How many GB does each GPU send, and how many seconds "
                  "does the all-reduce take (time = 2(N−1)·α + volume / bandwidth)?",
-                 {"volume_gb": "GB sent per GPU", "seconds": "seconds"}, check_all(ar),
+                 {"volume_gb": "GB sent per GPU", "seconds": "seconds"}, answer_check(ar),
                  "M = 70e9 × 2 B = 140 GB. Ring all-reduce sends 2(N−1)/N · M = 2 · 255/256 · 140 = "
                  f"**{ar['volume_gb']:.1f} GB** per GPU. At 100 Gb/s = 12.5 GB/s that is {ar['volume_gb'] / 12.5:.2f} "
                  f"s, plus 2 · 255 · 10 µs = 5.1 ms of latency: **{ar['seconds']:.2f} s** — every step, unless "
                  "overlapped with backward or sharded (lesson 08)."),
         Exercise("Pipeline efficiency", "A pipeline of P = 32 stages runs M micro-batches per step (GPipe or 1F1B). "
                  "What fraction of the time is useful work, 1 − (P−1)/(M+P−1), for M = 8, 16, 32 and 64?",
-                 {f"m{M}": f"M = {M}" for M in (8, 16, 32, 64)}, check_all(pp),
+                 {f"m{M}": f"M = {M}" for M in (8, 16, 32, 64)}, answer_check(pp),
                  "Bubble = (P−1)/(M+P−1): " + ", ".join(f"M = {M}: efficiency **{pp[f'm{M}']:.1%}**"
                                                          for M in (8, 16, 32, 64))
                  + ". Deep pipelines need many micro-batches, hence large global batches."),

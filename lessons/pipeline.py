@@ -17,7 +17,7 @@ from labtools.dist.pipeline import check_pipeline
 from labtools.pipeline import decompose, idle_fraction, idle_per_row, in_flight, schedule_order, simulate
 from labtools.plan import bubble_fraction, collective_bytes, pipeline_efficiency
 from labtools.profiles import check_range, resolve
-from labtools.widgets import Exercise, Panel, RunCache
+from labtools.widgets import Exercise, Panel, RunCache, answer_check
 from lessons.ranks import pipeline as ranks
 from lessons.ranks.pipeline import PARITY_SCHEDULES, PipeJob, runs_at
 
@@ -390,25 +390,19 @@ def exercises(ledger: Ledger) -> list[Exercise]:
     ledger.add("llama_1f1b", "Llama 3 405B's pp = 16 with 16 micro-batches would idle 15/31 ≈ 48% without "
                "interleaving (computed)", llama, approx(15 / 31, rel=1e-12), source="Llama 3 paper, §3.3.2")
 
-    def check(expected: dict):
-        def judge(a):
-            wrong = [k for k, v in expected.items() if abs(a.get(k, 0.0) - v) > 0.01 * max(1.0, abs(v))]
-            return (not wrong, "right" if not wrong else f"not yet: {', '.join(wrong)}")
-        return judge
-
     return [
         Exercise("The article's 78.9%", "4 stages, 16 micro-batches, GPipe or 1F1B: what fraction of the time is idle, "
                  "and what fraction is useful work (in %)?", {"bubble": "bubble %", "eff": "efficiency %"},
-                 check({"bubble": 100 * bubble_fraction(4, 16), "eff": 100 * pipeline_efficiency(4, 16)}),
+                 answer_check({"bubble": 100 * bubble_fraction(4, 16), "eff": 100 * pipeline_efficiency(4, 16)}),
                  f"Bubble = (p−1)/(m+p−1) = 3/19 = **{bubble_fraction(4, 16):.1%}**; efficiency m/(m+p−1) = 16/19 = "
                  f"**{pipeline_efficiency(4, 16):.1%}**. The article's (m−1)/(m+p−1) = 15/19 = 78.9% subtracts one "
                  "micro-batch that is not idle."),
         Exercise("Enough micro-batches", "With p = 8 stages, how many micro-batches m make the bubble at most 5%?",
-                 {"m": "smallest m"}, check({"m": m_needed}),
+                 {"m": "smallest m"}, answer_check({"m": m_needed}),
                  f"(p−1)/(m+p−1) ≤ 0.05 ⇔ m ≥ 19(p−1) = 133: **m = {m_needed}**. Deep pipelines need large global "
                  "batches — or interleaving."),
         Exercise("Interleaving Llama 3", "pp = 16 with 16 micro-batches idles 15/31. How many stages per rank (v) "
-                 "bring the bubble (p−1)/(v·m+p−1) to at most 20%?", {"v": "smallest v"}, check({"v": v_needed}),
+                 "bring the bubble (p−1)/(v·m+p−1) to at most 20%?", {"v": "smallest v"}, answer_check({"v": v_needed}),
                  f"15/(16v + 15) ≤ 0.2 ⇔ v ≥ 3.75: **v = {v_needed}**, bubble {bubble_fraction(16, 16, v_needed):.1%}. "
                  "Each rank then sends v times as many activations: interleaving trades communication for idle "
                  "time."),

@@ -17,7 +17,7 @@ from labtools.dist import launch
 from labtools.memory import activation_bytes, korthikanti_tp_bytes_per_layer
 from labtools.plan import CLUSTERS, MODELS, Layout, bubble_fraction, rank_layouts, step_time, training_days
 from labtools.profiles import check_range, resolve
-from labtools.widgets import Exercise, Panel
+from labtools.widgets import Exercise, Panel, answer_check
 from lessons.ranks import tensor_parallel as ranks
 from lessons.ranks.tensor_parallel import TPJob
 
@@ -342,24 +342,18 @@ def planner_panel() -> Panel:
 def exercises(ledger: Ledger) -> list[Exercise]:
     per_layer = 8 * (8 - 1) / 8 * 4 * 2048 * 12288 * 2 / GB  # 8(t−1)/t · b·s·h elements, bf16
 
-    def check(expected: dict):
-        def judge(a):
-            wrong = [k for k, v in expected.items() if abs(a.get(k, 0.0) - v) > 0.01 * max(1.0, abs(v))]
-            return (not wrong, "right" if not wrong else f"not yet: {', '.join(wrong)}")
-        return judge
-
     fits = {tp: step_time(MODELS["405B"], H100, Layout(1024 // (tp * 16), tp, 16), 1024) for tp in (1, 2, 4, 8)}
     smallest = next(tp for tp in (1, 2, 4, 8) if fits[tp].fits)
     ledger.note("exercise_405b_smallest_tp", smallest)
     return [
         Exercise("Bytes per layer", "GPT-3: h = 12288, sequence 2048, micro-batch 4, bf16 activations (2 bytes). With "
                  "tp = 8 under ring all-reduces, how many GB does each GPU send per layer for one forward and "
-                 "backward: 8·(t−1)/t·b·s·h elements?", {"gb": "GB per layer"}, check({"gb": per_layer}),
+                 "backward: 8·(t−1)/t·b·s·h elements?", {"gb": "GB per layer"}, answer_check({"gb": per_layer}),
                  f"8 × 7/8 × 4·2048·12288 × 2 bytes = **{per_layer:.2f} GB** per layer and micro-batch — 96 layers "
                  "make that ~100 GB per micro-batch, which only NVLink carries fast enough."),
         Exercise("The smallest tp", "405B on 1024 H100s with pp = 16 and a batch of 1024 sequences of 8192 tokens "
                  "(ZeRO-1, every layer recomputed): what is the smallest tensor-parallel size (1, 2, 4 or 8) that "
-                 "fits 80 GB? Try it in the planner.", {"tp": "tp"}, check({"tp": smallest}),
+                 "fits 80 GB? Try it in the planner.", {"tp": "tp"}, answer_check({"tp": smallest}),
                  f"**tp = {smallest}**: " + ", ".join(f"tp {t}: {e.memory.total / GB:.0f} GB"
                                                      for t, e in fits.items())
                  + ". With tp = 1 each GPU holds 405B/16 parameters' bf16 weights and gradients whole (ZeRO-1 shards "

@@ -123,3 +123,12 @@ def test_exercise_checks_answers_and_reveals_the_solution(monkeypatch):
     assert ex.on_check()[0] and "✓" in ex.result.value
     ex.on_reveal()
     assert "**4**" in str(ex.revealed.outputs)
+
+
+def test_answer_check_accepts_within_its_tolerance_only():
+    from labtools.widgets import answer_check
+    check = answer_check({"a": 200.0, "b": 0.5}, rel=0.01)
+    assert check({"a": 201.9, "b": 0.509})[0]
+    ok, message = check({"a": 202.5, "b": 0.5})
+    assert not ok and message == "not yet: a"
+    assert not check({"b": 0.5})[0]  # a missing answer is wrong
