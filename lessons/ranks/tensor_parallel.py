@@ -26,6 +26,7 @@ from labtools.memory import saved_activations
 warnings.filterwarnings("ignore", message="Full backward hook is firing")
 
 WIRE_REPEATS = 10
+VARIANTS = ("written-out", "dtensor", "dtensor+sp")  # Megatron written out, DTensor TP, DTensor TP + SP
 
 
 @dataclass(frozen=True)
@@ -103,12 +104,8 @@ def parity(job: TPJob) -> dict:
     loss.backward()
     want = {"logits": logits.detach(), **_grads(ref)}
     gpt = {}
-    for variant in ("written-out", "dtensor", "dtensor+sp"):
-        model = build_gpt(job)
-        if variant == "written-out":
-            tensor_parallel_written_out(model)
-        else:
-            apply_tensor_parallel(model, _mesh(), sequence_parallel=variant.endswith("sp"))
+    for variant in VARIANTS:
+        model = _split_gpt(job, variant)
         logits, loss = model(X, Y)
         loss.backward()
         if variant == "written-out":
@@ -128,6 +125,16 @@ def parity(job: TPJob) -> dict:
     return out
 
 
+def _split_gpt(job: TPJob, variant: str):
+    """The lesson GPT split over this launch's ranks: Megatron's layers written out, or a DTensor plan (+ SP)."""
+    model = build_gpt(job)
+    if variant == "written-out":
+        tensor_parallel_written_out(model)
+    else:
+        apply_tensor_parallel(model, _mesh(), sequence_parallel=variant.endswith("sp"))
+    return model
+
+
 def _one_step(model, X, Y):
     _, loss = model(X, Y)
     loss.backward()
@@ -139,12 +146,8 @@ def comm(job: TPJob) -> dict:
     from torch.distributed.tensor.debug import CommDebugMode
     X, Y = global_batch(job, torch.Generator().manual_seed(job.seed), job.batch_size)
     out = {}
-    for variant in ("written-out", "dtensor", "dtensor+sp"):
-        model = build_gpt(job)
-        if variant == "written-out":
-            tensor_parallel_written_out(model)
-        else:
-            apply_tensor_parallel(model, _mesh(), sequence_parallel=variant.endswith("sp"))
+    for variant in VARIANTS:
+        model = _split_gpt(job, variant)
         _one_step(model, X, Y)  # warm-up
         model.zero_grad(set_to_none=True)
         counter, debug = CollectiveCounter(), CommDebugMode()
