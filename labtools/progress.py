@@ -31,6 +31,9 @@ def has_frontend() -> bool:
 def progress(iterable=None, *, total: int | None = None, desc: str = "", leave: bool = True, **kwargs):
     """A tqdm bar: the widget bar with a frontend, else a quiet text bar on stdout."""
     if has_frontend():
+        # at most two redraws a second: each one re-lays out the whole notebook page in the browser, which on a
+        # 2-core machine competes with the training it reports (tqdm's default is ten)
+        kwargs.setdefault("mininterval", 0.5)
         sink = _sink.get()
         if sink is None:
             from tqdm.auto import tqdm
