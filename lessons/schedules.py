@@ -51,8 +51,8 @@ class Settings:
 
 
 PROFILES = {
-    "smoke": Settings("smoke", n_layer=2, n_embd=64, block_size=64, batch_size=16, budget=250, peak_lr=1e-2,
-                      warmup_lr=3e-2, warmup_steps=200, horizon=240, decay_margin=None, warmup_margin=None),
+    "smoke": Settings("smoke", n_layer=2, n_embd=64, block_size=64, batch_size=16, budget=180, peak_lr=1e-2,
+                      warmup_lr=3e-2, warmup_steps=150, horizon=180, decay_margin=None, warmup_margin=None),
     "cpu": Settings("cpu", n_layer=2, n_embd=64, block_size=64, batch_size=16, budget=600, peak_lr=1e-2,
                     warmup_lr=3e-2, warmup_steps=400, horizon=600, decay_margin=0.05, warmup_margin=0.1),
     "gpu": Settings("gpu", n_layer=6, n_embd=384, block_size=256, batch_size=64, budget=3000, peak_lr=3e-3,
