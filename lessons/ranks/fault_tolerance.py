@@ -158,6 +158,9 @@ def save_forever(directory: str, numel: int, in_place: bool) -> None:
         if in_place:
             torch.save(state, Path(directory) / "checkpoint.pt")
             size = (Path(directory) / "checkpoint.pt").stat().st_size
-            (Path(directory) / "saved").write_text(str(size))  # for the parent: a whole file's size
+            # for the parent: a whole file's size, published atomically (a plain write_text is read empty
+            # now and then: the parent polls while the child has truncated but not yet written the file)
+            (Path(directory) / "saved.tmp").write_text(str(size))
+            os.replace(Path(directory) / "saved.tmp", Path(directory) / "saved")
         else:
             checkpoint.save(directory, step, keep=2, model=state["model"])
