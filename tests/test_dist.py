@@ -142,6 +142,22 @@ def test_the_callers_death_leaves_nothing_behind(sig, tmp_path):
             caller.kill()
 
 
+def test_a_caller_exiting_right_after_a_launch_leaves_nothing_behind(tmp_path):
+    """A caller that exits just after a launch returned (its ranks still tearing down in the background): the
+    supervisor, losing its parent, stops what is left and removes the run directory."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    code = "from labtools.dist import launch, checks; print(len(launch(checks.hello, 2, show_progress=False)))"
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, LABTOOLS_RUN_ROOT=str(root)),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "2", out.stderr[-2000:]
+    assert wait_gone(root, 10) == []
+    deadline = time.monotonic() + 10
+    while list(root.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert list(root.iterdir()) == [], "the run directory was left behind"
+
+
 def test_a_launch_leaves_no_temp_directories(tmp_path):
     """torchrun's torchelastic_* directories go under the run directory, which is removed."""
     before = set(Path(tempfile.gettempdir()).iterdir())
