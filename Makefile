@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv lab test smoke book bench clean
+.PHONY: venv lab test smoke browser book bench clean
 
 # (Re)install whenever the pinned requirements or the package metadata change.
 $(STAMP): requirements.txt pyproject.toml
@@ -22,13 +22,19 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--ServerApp.allow_root=True)
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=notebooks $(ROOT_FLAG)
 
-# Unit and parity tests, then every notebook executed with PROFILE="smoke". This is what CI runs.
-test: $(STAMP)
+# Unit and parity tests, then every notebook executed with PROFILE="smoke" in JupyterLab, driven by a headless
+# Chromium that also moves every panel's controls. This is what CI runs.
+test: $(STAMP) browser
 	$(PY) -m pytest
 
-# Only the notebooks (smoke profile).
-smoke: $(STAMP)
+# Only the notebooks (smoke profile, in the browser).
+smoke: $(STAMP) browser
 	$(PY) -m pytest -m notebook
+
+# A Chromium for the browser tests: one on PATH or Playwright's, else installed (apt-get as root on Debian/Ubuntu,
+# `playwright install chromium` elsewhere); fails with instructions when none can be had.
+browser: $(STAMP)
+	$(PY) tests/jupyter_browser.py
 
 # Execute every notebook (PROFILE=auto by default; `make book PROFILE=smoke` for a quick one)
 # and render it to HTML in build/book/ (plotly.js embedded, so the pages work offline).

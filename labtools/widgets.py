@@ -64,7 +64,8 @@ class Panel:
             with bars_into(self.output.append_display_data):
                 new = self.draw(**self.values())
         except Exception as e:  # shown in the panel: a callback's traceback would only reach the server log
-            self.status.value = f"<span style='color:#cf222e'>{html.escape(f'{type(e).__name__}: {e}')}</span>"
+            self.status.value = (f"<span class='lab-panel-error' style='color:#cf222e'>"
+                                 f"{html.escape(f'{type(e).__name__}: {e}')}</span>")
             return
         if self._figure is None:
             self._figure = go.FigureWidget() if has_frontend() else go.Figure()
@@ -112,7 +113,9 @@ class Panel:
     def widget(self) -> W.Widget:
         header = [W.HTML(f"<b>{self.title}</b>")] if self.title else []
         controls = W.HBox(list(self.controls.values()), layout=W.Layout(flex_flow="row wrap"))
-        return W.VBox(header + [controls, self.output, self.figure, self.status])
+        box = W.VBox(header + [controls, self.output, self.figure, self.status])
+        box.add_class("lab-panel")  # how a browser test finds each panel, its controls and its figure
+        return box
 
     def show(self) -> None:
         """The live panel with a frontend; otherwise the figure for the default values."""

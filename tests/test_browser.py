@@ -1,0 +1,145 @@
+"""Every lesson as its readers meet it: JupyterLab in a real (headless) Chromium, Run All, then one control of
+every panel moved and its figure seen to change.
+
+This is also where `make test` executes the notebooks (PROFILE="smoke"): the notebook JupyterLab saved is read
+like papermill's output, and every claim of its ledger must hold. (papermill still runs lesson 00 at the low
+edges of its parameters in test_notebooks.py, and runs every lesson for `make book`.)
+Screenshots of failures go to build/browser/; each lesson's timings to build/browser/<lesson>.json.
+"""
+
+import json
+import os
+import secrets
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from jupyter_browser import (KERNELSPEC, Browser, JupyterLab, cell_errors, close_notebook, leftovers, move_and_watch,
+                             open_notebook, page_problems, panels, run_all, save, smoke_copy)
+from labtools.claims import read_ledgers
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+ARTIFACTS = ROOT / "build" / "browser"
+RUN_TIMEOUT_S = 300   # a smoke notebook takes about a minute; this only bounds a hang
+PANEL_TIMEOUT_S = 120  # training panels run one small training; formula panels answer in well under a second
+
+pytestmark = [pytest.mark.notebook, pytest.mark.browser]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, session_run_root):
+    root = tmp_path_factory.mktemp("lab")
+    for path in NOTEBOOKS:
+        smoke_copy(path, root / path.name)
+    marker = secrets.token_hex(8)
+    env = {k: v for k, v in os.environ.items() if k != "LABTOOLS_STATIC"}  # a live frontend this time
+    with JupyterLab(root, marker, env=env) as server, Browser(marker) as browser:
+        yield server, browser.new_page()  # one page: each lesson opens from the file browser, as a reader's would
+    left = leftovers(marker)
+    assert not left, "processes left after JupyterLab and Chromium were stopped:\n" + "\n".join(left)
+    dirs = [p.name for p in session_run_root.glob("labtools-dist-*")]
+    assert not dirs, f"the lessons' launches left run directories behind: {dirs}"
+
+
+def drive(server: JupyterLab, page, name: str, screenshot: bool = True) -> dict:
+    """Open, Run All, save, check the page, move every panel, close. Returns what was seen; screenshots a
+    failure (unless it was planted)."""
+    seen = {"lesson": Path(name).stem, "stages_s": {}}
+    clock = time.monotonic()
+
+    def stage(label):
+        nonlocal clock
+        seen["stages_s"][label] = round(time.monotonic() - clock, 2)
+        clock = time.monotonic()
+
+    try:
+        seen["stages_s"]["page"] = round(open_notebook(page, server, name), 2)
+        stage("open")
+        seen["run"] = run_all(page, server, name, RUN_TIMEOUT_S)
+        stage("run all")
+        seen["saved"] = save(page, server, name)
+        seen["errors"] = cell_errors(seen["saved"])
+        stage("save")
+        seen["problems"] = page_problems(page)
+        seen["figures"] = page.locator(".js-plotly-plot").count()
+        stage("check")
+        # down rather than up: a panel that trains then trains something smaller (fewer layers, ranks, steps)
+        seen["panels"] = [move_and_watch(page, p, PANEL_TIMEOUT_S, step=-1) for p in panels(page)]
+        stage("panels")
+        failed = seen["errors"] or seen["problems"] or any(p["error"] or p["changed_ms"] is None
+                                                           for p in seen["panels"])
+        if failed and screenshot:
+            shoot(page, seen["lesson"])
+        return seen
+    except Exception:
+        shoot(page, seen["lesson"])
+        raise
+    finally:
+        close_notebook(page, server, name)  # and shut its kernel down before the next lesson
+
+
+def shoot(page, lesson: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{lesson}.png"), full_page=True)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_lesson_runs_in_jupyterlab_and_its_panels_respond(path, lab, record_property):
+    server, page = lab
+    seen = drive(server, page, path.name)
+    lesson, run = seen["lesson"], seen["run"]
+    record_property("seconds", round(run["seconds"], 1))
+    print(f"{lesson}: {seen['stages_s']}; " + "; ".join(
+        f"{p['title']}: {p['action']} → figure changed after {p['changed_ms'] or float('nan'):.0f} ms"
+        for p in seen["panels"]))
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / f"{lesson}.json").write_text(json.dumps(
+        {"stages_s": seen["stages_s"], "panels": seen["panels"]}, indent=1))
+
+    assert not seen["errors"], f"{lesson}: a cell failed in the browser: {seen['errors'][0]}"
+    unrun = [i for i, p in enumerate(run["prompts"]) if "[ ]" in p or "*" in p]
+    assert not unrun, f"{lesson}: code cells {unrun} did not run"
+    assert not seen["problems"], f"{lesson}: " + "; ".join(seen["problems"])
+    assert seen["figures"], f"{lesson}: no plotly figure rendered"
+
+    ledgers = read_ledgers(seen["saved"])
+    claims = [c for ledger in ledgers for c in ledger["claims"]]
+    assert claims, f"{lesson}: the notebook displayed no claims ledger (or an empty one)"
+    failed = [f"{c['statement']}: measured {c['measured']}, expected {c['expected']}"
+              for c in claims if not c["passed"]]
+    assert not failed, f"{lesson}: claims that did not hold:\n" + "\n".join(failed)
+
+    for p in seen["panels"]:
+        assert not p["error"], f"{lesson}: panel {p['title']!r} failed after {p['action']}: {p['error']}"
+        assert p["changed_ms"] is not None, \
+            f"{lesson}: panel {p['title']!r}: {p['action']}, but its figure did not change in {PANEL_TIMEOUT_S} s"
+
+
+PLANTED = [
+    "from labtools.widgets import Panel, slider\nimport plotly.graph_objects as go\n",
+    "def draw(k):\n    if k != 3:\n        raise RuntimeError(f'planted failure at k={k}')\n"
+    "    return go.Figure(go.Scatter(y=[k, 1]))\n"
+    "Panel(draw, {'k': slider(3, 1, 5, description='k')}, debounce_ms=0, title='Broken on purpose').show()",
+    "1 / 0",
+    "print('never reached')",
+]
+
+
+def test_the_harness_reports_a_failing_cell_and_a_failing_panel(lab):
+    """The checks above can fail: Run All stops at a cell that raises (the cells after it left unrun) and the
+    saved notebook names its error; a panel whose callback raises is named with its error, its figure unchanged."""
+    server, page = lab
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in PLANTED])
+    nb.metadata["kernelspec"] = KERNELSPEC
+    nbformat.write(nb, server.root / "planted.ipynb")
+    seen = drive(server, page, "planted.ipynb", screenshot=False)
+    assert seen["errors"] and seen["errors"][0].startswith("ZeroDivisionError"), seen["errors"]
+    assert [p.strip() for p in seen["run"]["prompts"]] == ["[1]:", "[2]:", "[3]:", "[ ]:"], seen["run"]
+    assert not seen["problems"], seen["problems"]
+    (panel,) = seen["panels"]
+    assert panel["title"] == "Broken on purpose"
+    assert panel["error"] and "planted failure at k=2" in panel["error"], panel
+    assert panel["changed_ms"] is None
