@@ -90,8 +90,10 @@ class JupyterLab:
         self.log_path = log or self.root / "jupyterlab.log"
         self.proc: subprocess.Popen | None = None
 
-    def url(self, notebook: str = "") -> str:
-        return f"http://127.0.0.1:{self.port}/lab/tree/{notebook}?token={self.token}&reset"
+    def url(self, notebook: str = "", workspace: str | None = None) -> str:
+        """The notebook's URL; a named workspace keeps two pages on one server from sharing their layout."""
+        where = f"lab/workspaces/{workspace}" if workspace else "lab"
+        return f"http://127.0.0.1:{self.port}/{where}/tree/{notebook}?token={self.token}&reset"
 
     def api(self, path: str, method: str = "GET") -> object:
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}/api/{path}", method=method,
@@ -216,7 +218,7 @@ def kernel_state(lab: JupyterLab, notebook: str) -> str | None:
     return None
 
 
-def open_notebook(page, lab: JupyterLab, notebook: str, timeout: float = 90) -> float:
+def open_notebook(page, lab: JupyterLab, notebook: str, timeout: float = 90, workspace: str | None = None) -> float:
     """Open `notebook` in JupyterLab and wait until its kernel is up and idle; returns the seconds until the
     page showed the notebook (the rest was the kernel starting).
 
@@ -227,7 +229,7 @@ def open_notebook(page, lab: JupyterLab, notebook: str, timeout: float = 90) -> 
     if item.count() == 1 and not page.locator(".jp-NotebookPanel").count():
         item.dblclick()
     else:  # the first notebook, a file the browser has not listed yet, or a page left in a bad state
-        page.goto(lab.url(notebook))
+        page.goto(lab.url(notebook, workspace))
     page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=timeout * 1e3)
     shown = time.monotonic() - t0
     deadline = time.monotonic() + timeout
