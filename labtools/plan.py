@@ -209,8 +209,10 @@ CLUSTERS = {
 
 
 def flops_per_token(model: ModelShape, recompute: bool = False) -> float:
-    """Training FLOPs per token: 6N for the matrix products of forward (2N) and backward (4N), plus attention's
-    own products 12·L·s·h (Kaplan et al. 2020); with full activation recomputation one more forward: 8N + 16Lsh."""
+    """Training FLOPs per token: 6N for the matrix products of forward (2N) and backward (4N) (Kaplan et al. 2020),
+    plus attention's own products 12·L·s·h, the causal mask's skipped half included (PaLM, Chowdhery et al. 2022,
+    appendix B; Kaplan et al.'s C_forward adds 2·L·s·h, 6·L·s·h for training); with full recomputation one more
+    forward: 8N + 16Lsh. Lesson 12 checks the formula against torch's FLOP counter."""
     n = model.n_params or architecture(model.n_layer, model.n_embd, model.n_head, model.vocab, model.seq, 1).n_params
     attention = 12 * model.n_layer * model.seq * model.n_embd
     return (8 * n + 16 / 12 * attention) if recompute else (6 * n + attention)
@@ -300,3 +302,68 @@ def rank_layouts(model: ModelShape, cluster: Cluster, world: int, global_batch: 
         except ValueError:
             continue  # the batch does not split over this dp (or interleaving over this pp)
     return sorted(out, key=lambda e: (not e.fits, e.step_s))
+
+
+# --- the compute budget: FLOPs, time and cost of a training run ------------------------------------------------
+
+
+def _positive(**values) -> None:
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+def training_flops(n_params: float, tokens: float, *, n_layer: int = 0, seq: int = 0, n_embd: int = 0) -> float:
+    """FLOPs to train n_params on `tokens` tokens: 6·N per token (Kaplan et al. 2020: 2N forward, 4N backward),
+    plus attention's score and value products, 12·L·T·d per token, when the shape is given (PaLM's appendix B;
+    the causal mask's skipped half is counted, as FLOP counters and MFU conventions do). N counts the weights
+    that multiply activations: lesson 12 measures which parameters those are."""
+    _positive(n_params=n_params, tokens=tokens)
+    for name, value in (("n_layer", n_layer), ("seq", seq), ("n_embd", n_embd)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    return (6 * n_params + 12 * n_layer * seq * n_embd) * tokens
+
+
+def training_seconds(flops: float, gpus: int, peak_flops: float, mfu: float) -> float:
+    """Wall time of a run of `flops` FLOPs on `gpus` GPUs of `peak_flops` FLOP/s each (dense bf16, the vendor's
+    figure) at model FLOPs utilisation `mfu` (PaLM's MFU: the model's FLOPs per second ÷ the peak; recomputation
+    and any other redundant work is not counted, so it lowers MFU)."""
+    _positive(flops=flops, peak_flops=peak_flops)
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise ValueError(f"gpus must be an int >= 1, got {gpus!r}")
+    if isinstance(mfu, bool) or not isinstance(mfu, (int, float)) or not 0 < mfu <= 1:
+        raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
+    return flops / (gpus * peak_flops * mfu)
+
+
+def training_cost(seconds: float, gpus: int, dollars_per_gpu_hour: float) -> float:
+    """Dollars for `gpus` GPUs rented for `seconds`."""
+    _positive(seconds=seconds, dollars_per_gpu_hour=dollars_per_gpu_hour)
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise ValueError(f"gpus must be an int >= 1, got {gpus!r}")
+    return seconds / 3600 * gpus * dollars_per_gpu_hour
+
+
+@dataclass(frozen=True)
+class PublishedRun:
+    """A training run as its authors reported it."""
+    n_params: float
+    tokens: float
+    flops: float           # as published
+    gpus: int
+    peak_flops: float      # per GPU, dense bf16 (vendor figure)
+    source: str
+    achieved_flops: float | None = None  # per GPU, as published (hardware FLOPs, recomputation included)
+    days: float | None = None            # as published
+
+
+PUBLISHED = {
+    # Brown et al. 2020, table D.1: 3.14e23 FLOPs. Narayanan et al. 2021, section 5.1: on 1024 A100s at 140
+    # teraFLOP/s each (with activation recomputation), "about 34 days".
+    "GPT-3 175B": PublishedRun(175e9, 300e9, 3.14e23, 1024, 312e12, "Brown et al. 2020; Narayanan et al. 2021",
+                               achieved_flops=140e12, days=34),
+    # Llama 3 (Dubey et al. 2024), section 3.2.1: 3.8e25 FLOPs for 405B parameters on 15.6T tokens; up to 16,384
+    # H100s at 38-43% MFU (section 3.3.2, table 4).
+    "Llama 3 405B": PublishedRun(405e9, 15.6e12, 3.8e25, 16384, 989e12, "Dubey et al. 2024"),
+}

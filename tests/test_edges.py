@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from lessons import (checkpointing, data_parallel, fault_tolerance, fsdp, memory_budget, optimizers, pipeline,
-                     precision, schedules, stability, tensor_parallel, training_loop)
+from lessons import (checkpointing, compute_budget, data_parallel, fault_tolerance, fsdp, memory_budget, optimizers,
+                     pipeline, precision, schedules, stability, tensor_parallel, training_loop)
 
 LESSONS = (training_loop, optimizers, schedules, stability, precision, checkpointing, memory_budget, data_parallel,
-           fsdp, pipeline, tensor_parallel, fault_tolerance)
+           fsdp, pipeline, tensor_parallel, fault_tolerance, compute_budget)
 
 
 def ranges(module) -> list[tuple[str, str, str, str]]:
