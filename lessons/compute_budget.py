@@ -437,6 +437,12 @@ def sweep_findings(ledger: Ledger, S: Settings, runs: list[dict], fits: dict[flo
                  f"the parabola has no minimum inside the sizes tried; the best run was N = "
                  f"{f['best']['n_params']:,} ({f['best']['tokens'] / f['best']['n_params']:.1f} tokens per parameter)")
         lines.append(f"* {b:.0e} FLOPs: {where}.")
+    inside = [(b, f["n_opt"]) for b, f in fits.items() if f["interior"]]
+    if len(inside) >= 2:  # how the optimum moves with compute: N_opt ∝ C^a
+        a = float(np.polyfit(np.log([b for b, _ in inside]), np.log([n for _, n in inside]), 1)[0])
+        ledger.note("n_opt_exponent", a)
+        lines.append(f"\nAcross the budgets with a fitted optimum, N_opt grows as C^{a:.2f} here (Chinchilla: "
+                     "≈ C^0.50, so that N and D grow alike).")
     return ("\n".join(lines) + f"\n\nChinchilla (Hoffmann et al. 2022) found ≈ {CHINCHILLA_TOKENS_PER_PARAM} tokens "
             "per parameter at the optimum, fitted over 400+ models from 70M to 16B parameters and budgets up to "
             "~10²⁴ FLOPs. What a laptop sweep can show: the isoFLOP *shape* — at a fixed budget, too small a model "
@@ -539,8 +545,8 @@ def scaling_findings(ledger: Ledger, w: dict) -> str:
             f"measurement. Measured here, {w['world']} {where}: one rank alone trained "
             f"{w['solo']:,.0f} tokens/s; {w['world']} ranks together, each with the same batch, "
             f"{w['ddp']:,.0f} tokens/s — **{w['efficiency']:.0%} weak-scaling efficiency**. It is a number for this "
-            "machine and this model (a few hundred thousand parameters, so a few hundred kilobytes of gradients per "
-            "step), not for a cluster: there, efficiency depends on the network, the overlap of communication with "
+            "machine and this model (under a million parameters, a few megabytes of gradients per step), not for "
+            "a cluster: there, efficiency depends on the network, the overlap of communication with "
             "backward, and the parallel layout (lesson 10's planner puts numbers on those).")
 
 
