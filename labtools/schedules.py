@@ -8,7 +8,8 @@ Linear warmup is step / warmup for step < warmup, so step 0 takes no step at all
     linear_warmup   step/warmup, then 1
     warmup_cosine   warmup, then min + (1 - min) * (1 + cos(pi * p)) / 2, p = progress through the decay
     warmup_linear   warmup, then 1 - (1 - min) * p
-    wsd             warmup, a stable phase at 1, then a cosine or linear decay to min (Hu et al. 2024, MiniCPM)
+    wsd             warmup, a stable phase at 1, then a cosine, linear or 1 - sqrt decay to min (the schedule: Hu et
+                    al. 2024, MiniCPM, whose decay is exponential; linear and 1 - sqrt cool-downs: Hägele et al. 2024)
 
 After the end of a decay the multiplier stays at min_ratio. Introduced in notebooks/02_lr_schedules.ipynb.
 """
@@ -17,6 +18,7 @@ import functools
 import math
 from typing import Callable
 
+SHAPES = ("cosine", "linear", "1-sqrt")  # decay shapes of wsd
 
 
 def _check(name: str, value: int, lo: int = 0) -> None:
@@ -36,7 +38,9 @@ def _decay(p: float, min_ratio: float, shape: str) -> float:
         return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * p))
     if shape == "linear":
         return 1.0 - (1.0 - min_ratio) * p
-    raise ValueError(f"shape must be 'cosine' or 'linear', got {shape!r}")
+    if shape == "1-sqrt":  # Hägele et al. 2024: falls fastest at the start of the cool-down
+        return min_ratio + (1.0 - min_ratio) * (1.0 - math.sqrt(p))
+    raise ValueError(f"shape must be one of {SHAPES}, got {shape!r}")
 
 
 def constant(step: int) -> float:
@@ -77,8 +81,8 @@ def wsd(step: int, *, warmup: int, stable: int, decay: int, min_ratio: float = 0
     _check("stable", stable)
     _check("decay", decay, 1)
     _check_ratio(min_ratio)
-    if shape not in ("cosine", "linear"):
-        raise ValueError(f"shape must be 'cosine' or 'linear', got {shape!r}")
+    if shape not in SHAPES:
+        raise ValueError(f"shape must be one of {SHAPES}, got {shape!r}")
     if step < warmup:
         return step / warmup
     if step < warmup + stable:

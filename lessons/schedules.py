@@ -19,7 +19,7 @@ from labtools.device import pick_device
 from labtools.model import GPT, GPTConfig
 from labtools.optim import param_groups
 from labtools.profiles import check_range, resolve
-from labtools.schedules import bind, linear_warmup, warmup_cosine, warmup_linear, wsd
+from labtools.schedules import SHAPES, bind, linear_warmup, warmup_cosine, warmup_linear, wsd
 from labtools.train import History, StepInfo, TrainConfig, load_checkpoint, save_checkpoint, train
 from labtools.widgets import Panel, slider
 
@@ -98,7 +98,7 @@ def designer_panel(total: int = 1000) -> Panel:
         "peak_lr": slider(3e-3, 1e-5, 1e-1, 0.1, description="peak lr", log=True),
         "min_ratio": slider(0.1, 0.0, 1.0, 0.05, description="min ratio"),
         "stable_frac": slider(0.8, 0.0, 0.95, 0.05, description="WSD stable fraction"),
-        "shape": W.Dropdown(options=["cosine", "linear"], value="cosine", description="WSD decay"),
+        "shape": W.Dropdown(options=list(SHAPES), value="cosine", description="WSD decay"),
     }
     return Panel(designer_figure, controls, debounce_ms=0, title="Schedule designer")
 

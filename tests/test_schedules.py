@@ -23,6 +23,9 @@ TABLES = [
     (bind(wsd, warmup=2, stable=3, decay=4, shape="linear"), [0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 0.75, 0.5, 0.25, 0.0, 0.0]),
     # wsd(... cosine): decay (1 + cos(π p))/2: p = 1/4 → 1/2 + √2/4, p = 1/2 → 1/2, p = 3/4 → 1/2 − √2/4
     (bind(wsd, warmup=2, stable=3, decay=4), [0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 0.5 + R2 / 4, 0.5, 0.5 - R2 / 4, 0.0, 0.0]),
+    # wsd(... 1-sqrt, Hägele et al. 2024): 1 − √p over 4 steps: p = 1/4 → 1/2, p = 1/2 → 1 − √2/2, p = 3/4 → 1 − √3/2
+    (bind(wsd, warmup=2, stable=3, decay=4, shape="1-sqrt"),
+     [0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 0.5, 1 - R2 / 2, 1 - math.sqrt(3) / 2, 0.0, 0.0]),
     # wsd with min_ratio 0.1 and no warmup: 1 for 2 steps, then 0.1 + 0.9·(1 − p) over 3 steps
     (bind(wsd, warmup=0, stable=2, decay=3, min_ratio=0.1, shape="linear"), [1.0, 1.0, 1.0, 0.7, 0.4, 0.1, 0.1]),
     (constant, [1.0] * 5),
