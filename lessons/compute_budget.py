@@ -493,7 +493,8 @@ def published_findings(ledger: Ledger, rows: dict[str, dict]) -> str:
 
 def calculator_figure(n_params_b: float, tokens_b: float, gpus: int, gpu: str, mfu: float,
                       dollars_per_gpu_hour: float) -> go.Figure:
-    """Days against the number of GPUs for this run (6·N·D at the given MFU), the chosen point marked."""
+    """Days against the number of GPUs for this run (6·N·D at the given MFU), the chosen point marked. (No dollar
+    signs in a plotly title: two of them make it a LaTeX string, which JupyterLab's plotly drew as nothing.)"""
     cluster = CLUSTERS[gpu]
     flops = training_flops(n_params_b * 1e9, tokens_b * 1e9)
     seconds = training_seconds(flops, gpus, cluster.peak_flops, mfu)
@@ -504,8 +505,8 @@ def calculator_figure(n_params_b: float, tokens_b: float, gpus: int, gpu: str, m
                                line=dict(color=plots.color(0))))
     fig.add_trace(go.Scatter(x=[gpus], y=[seconds / 86400], mode="markers", marker=dict(size=14, color=plots.color(1)),
                              name=f"{gpus:,} GPUs"))
-    plots.style(fig, title=f"{flops:.3g} FLOPs → {seconds / 86400:,.1f} days on {gpus:,} GPUs at {mfu:.0%} MFU, "
-                f"${cost / 1e6:,.2f}M at ${dollars_per_gpu_hour:g}/GPU-hour", xaxis="GPUs", yaxis="days",
+    plots.style(fig, title=f"{flops:.3g} FLOPs → {seconds / 86400:,.1f} days on {gpus:,} GPUs at {mfu:.0%} MFU<br>"
+                f"{cost / 1e6:,.2f} million USD at {dollars_per_gpu_hour:g} USD/GPU-hour", xaxis="GPUs", yaxis="days",
                 height=400)
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
@@ -519,7 +520,7 @@ def calculator_panel() -> Panel:
         "gpus": W.IntText(value=1024, description="GPUs"),
         "gpu": W.Dropdown(options=list(CLUSTERS), value=list(CLUSTERS)[0], description="GPU"),
         "mfu": slider(0.4, 0.05, 1.0, 0.01, description="MFU"),
-        "dollars_per_gpu_hour": slider(2.0, 0.5, 10.0, 0.1, description="$ / GPU-hour"),
+        "dollars_per_gpu_hour": slider(2.0, 0.5, 10.0, 0.1, description="USD / GPU-hour"),
     }
     return Panel(calculator_figure, controls, title="Training time and cost")
 
