@@ -415,10 +415,9 @@ def sweep_panel(runs: list[dict], fits: dict[float, dict]) -> Panel:
 
 
 def sweep_findings(ledger: Ledger, S: Settings, runs: list[dict], fits: dict[float, dict]) -> str:
-    spent = max(abs(r["flops"] / r["budget"] - 1) for r in runs)
-    step_share = max(r["flops"] / r["steps"] / r["budget"] for r in runs)
-    ledger.add("budget_spent", "Every sweep run spent its budget to within half a step (|FLOPs ÷ budget − 1|, "
-               "computed from the steps run)", spent, at_most(step_share / 2 + 1e-12))
+    # steps = round(budget ÷ FLOPs per step): within half a step by construction, so a note (the exactness of the
+    # FLOPs per step itself is section 1's claim, against the counter)
+    ledger.note("budget_spent", max(abs(r["flops"] / r["budget"] - 1) for r in runs))
     best = [fits[b]["best"]["val_loss"] for b in S.budgets]
     ledger.add("more_compute_lower_loss", "More compute, lower loss: each budget's best run beats the smaller "
                "budget's best (largest difference best(C_i+1) − best(C_i), measured)",
@@ -479,8 +478,8 @@ def published_findings(ledger: Ledger, rows: dict[str, dict]) -> str:
                g["flops_ratio"], approx(1, rel=0.02), source=g["source"])
     ledger.add("gpt3_days", "… on 1024 A100s at 140 teraFLOP/s each: ≈ 34 days (8·T·P/(n·X), computed)",
                g["days"], approx(34, rel=0.02), source="Narayanan et al. 2021")
-    ledger.add("gpt3_days_mfu", "… the same run as 6ND at the MFU it implies (140/312 × 6/8 = 33.7%): the same days",
-               g["days_at_mfu"] / g["days"], approx(1, rel=1e-9))
+    # 6ND at HFU × 6/8 is 8ND at HFU, algebraically: a note, not a claim that could fail
+    ledger.note("gpt3_days_at_implied_mfu", {"mfu": g["mfu"], "days": g["days_at_mfu"]})
     ledger.add("llama3_flops", "Llama 3 405B on 15.6T tokens: 6·N·D = the published 3.8e25 FLOPs (computed ÷ "
                "published)", ll["flops_ratio"], approx(1, rel=0.02), source=ll["source"])
     return (f"GPT-3: 6 × 175e9 × 300e9 = **{g['flops']:.3g}** FLOPs (published {g['published_flops']:.3g}). Narayanan "
@@ -556,9 +555,7 @@ def exercises(ledger: Ledger) -> list[Exercise]:
     n, tokens = 70e9, 20 * 70e9
     flops = training_flops(n, tokens)
     days = training_seconds(flops, 2048, h100.peak_flops, 0.4) / 86400
-    ledger.add("exercise_days", "Exercise answer: 70B at 20 tokens/parameter on 2048 H100s at 40% MFU (days, "
-               "computed; the same formula the panel draws)",
-               calculator_days(70, 1400, 2048, h100.peak_flops, 0.4), approx(days, rel=1e-9))
+    ledger.note("exercise_answers", {"tokens": tokens, "flops": flops, "days": days})  # computed, as the panel does
     return [Exercise(
         "Chinchilla-optimal 70B", "A Chinchilla-optimal 70B model (20 tokens per parameter) on 2048 H100s "
         "(989 teraFLOP/s dense bf16) at 40% MFU: how many tokens (billions), how many FLOPs (in units of 1e23), "
@@ -568,10 +565,6 @@ def exercises(ledger: Ledger) -> list[Exercise]:
         f"D = 20 × 70e9 = 1.4e12 tokens; C = 6·N·D = 6 × 70e9 × 1.4e12 = {flops:.3g} FLOPs; time = C ÷ (2048 × "
         f"989e12 × 0.4) = {days * 86400:,.0f} s = **{days:.1f} days**. (Chinchilla itself, 70B on 1.4T tokens, "
         "was trained on TPUs.)")]
-
-
-def calculator_days(n_params_b: float, tokens_b: float, gpus: int, peak_flops: float, mfu: float) -> float:
-    return training_seconds(training_flops(n_params_b * 1e9, tokens_b * 1e9), gpus, peak_flops, mfu) / 86400
 
 
 def calculator_findings(ledger: Ledger, redraw_ms: float) -> str:
