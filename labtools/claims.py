@@ -1,13 +1,16 @@
 """The claims ledger: every number a lesson states, next to its measurement and the expectation.
 
     ledger = Ledger("00_training_loop")
-    ledger.add("init_loss", "Loss at initialisation ≈ ln(V)", measured=4.16, expect=approx(4.159, rel=0.02))
+    ledger.add("init_loss", "Loss at initialisation ≈ ln(V)", 4.16, approx(4.159, rel=0.02), kind="measured")
     ledger.note("final_gap", 0.07)   # a measurement tests may read, not a claim
     ledger.show()
 
 `show()` renders a claimed-vs-measured table and also emits the ledger as JSON under the
 MIME type `application/vnd.labtools.claims+json`, so an executed notebook carries it and
 tests/test_notebooks.py can assert that every claim passed.
+
+Every claim says what kind of number it holds (`KINDS`): one read from the run, one counted where a call was
+made, or one worked out from a formula or published figures. The table shows it beside the number.
 """
 
 import html
@@ -16,6 +19,14 @@ import math
 from dataclasses import asdict, dataclass, field
 
 MIME = "application/vnd.labtools.claims+json"
+
+KINDS = {
+    "measured": "read from the run: losses, seconds, bytes allocated or on the wire, FLOPs the dispatcher ran, "
+                "bits of the tensors",
+    "counted": "counted where a call was made: what a collective was handed, or what our own code chose to send "
+               "(equal to a formula by construction; it checks the code, not the hardware)",
+    "computed": "worked out from a formula or from published figures, no run involved",
+}
 
 
 @dataclass(frozen=True)
@@ -84,6 +95,7 @@ class Claim:
     expected: str
     passed: bool
     source: str = ""
+    kind: str = "measured"
 
 
 @dataclass
@@ -92,11 +104,15 @@ class Ledger:
     claims: list[Claim] = field(default_factory=list)
     notes: dict = field(default_factory=dict)
 
-    def add(self, key: str, statement: str, measured, expect: Expectation, source: str = "") -> Claim:
-        """Check `measured` against `expect` and record the claim (a repeated key replaces the old one)."""
+    def add(self, key: str, statement: str, measured, expect: Expectation, source: str = "", *,
+            kind: str) -> Claim:
+        """Check the value against `expect` and record the claim (a repeated key replaces the old one).
+        `kind` is one of KINDS: is the value measured, counted at a call, or computed from a formula?"""
+        if kind not in KINDS:
+            raise ValueError(f"claim {key!r}: kind must be one of {sorted(KINDS)}, got {kind!r}")
         if hasattr(measured, "item"):
             measured = measured.item()
-        claim = Claim(key, statement, measured, expect.describe(), expect.check(measured), source)
+        claim = Claim(key, statement, measured, expect.describe(), expect.check(measured), source, kind)
         self.claims = [c for c in self.claims if c.key != key] + [claim]
         return claim
 
@@ -117,16 +133,17 @@ class Ledger:
             mark = '<span style="color:#1a7f37">✓</span>' if c.passed else '<span style="color:#cf222e">✗</span>'
             src = f'<br><small style="color:#666">{html.escape(c.source)}</small>' if c.source else ""
             rows.append(f"<tr><td>{mark}</td><td style='text-align:left'>{html.escape(c.statement)}{src}</td>"
-                        f"<td>{html.escape(_fmt(c.measured))}</td><td>{html.escape(c.expected)}</td></tr>")
+                        f"<td>{html.escape(_fmt(c.measured))}</td><td><small>{c.kind}</small></td>"
+                        f"<td>{html.escape(c.expected)}</td></tr>")
         n_ok = sum(c.passed for c in self.claims)
         return (f"<table><caption style='text-align:left'><b>Claims ledger — {html.escape(self.lesson)}</b>: "
                 f"{n_ok}/{len(self.claims)} hold</caption><thead><tr><th></th><th "
-                f"style='text-align:left'>claim</th><th>measured</th><th>expected</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+                f"style='text-align:left'>claim</th><th>value</th><th>kind</th><th>expected</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
     def to_text(self) -> str:
         lines = [f"Claims ledger — {self.lesson}"]
         for c in self.claims:
-            lines.append(f"[{'PASS' if c.passed else 'FAIL'}] {c.statement}: measured {_fmt(c.measured)}, "
+            lines.append(f"[{'PASS' if c.passed else 'FAIL'}] {c.statement}: {c.kind} {_fmt(c.measured)}, "
                          f"expected {c.expected}")
         return "\n".join(lines)
 

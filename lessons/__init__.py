@@ -14,8 +14,8 @@ A new lesson follows one shape (lessons/data_parallel.py is a full example):
     def run_<section>(S) -> results             # the experiment (a launch of lessons/ranks/<lesson>.py, or training)
     def <section>_figure(results) -> go.Figure  # plots only (labtools.plots.style / subplots / timeline)
     def <section>_findings(ledger, [S,] results) -> str
-        # the section's statistics, computed once; ledger.add(...) for every number the prose states, tagged
-        # measured or computed; returns the markdown summary built from the same statistics
+        # the section's statistics, computed once; ledger.add(..., kind=...) for every number the prose states,
+        # kind "measured", "counted" or "computed" (labtools.claims.KINDS); returns the markdown summary
 
 The notebook creates the ledger right after the settings (`ledger = Ledger("NN_topic")`), each section cell
 ends with `display(Markdown(lesson.<section>_findings(ledger, ...)))`, and the last cell is `ledger.show()`.

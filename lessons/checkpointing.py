@@ -324,17 +324,17 @@ def depth_findings(ledger: Ledger, S: Settings, depth: dict, shapes: dict) -> st
     worst = worst_prediction_error(depth, shapes["T"], shapes["B"])
     for L, r in ratios.items():
         ledger.add(f"ratio_{L}", f"At L = {L}, per-block checkpointing saves ≥ 5× activation memory (none ÷ block)",
-                   r, at_least(5), source="seeds: 5–10×")
+                   r, at_least(5), source="seeds: 5–10×", kind="measured")
     ledger.add("slope_block", "Checkpointing every block is not O(1): each layer still adds its input (slope ÷ input "
-               "bytes)", s_block / E, between(0.99, 1.01), source="seeds: O(1)")
+               "bytes)", s_block / E, between(0.99, 1.01), source="seeds: O(1)", kind="measured")
     ledger.add("slope_none", "Without checkpointing each layer adds 16 inputs' worth (slope ÷ input bytes, plus "
-               "fp32 statistics)", s_none / E, between(16.0, 16.3))
+               "fp32 statistics)", s_none / E, between(16.0, 16.3), kind="measured")
     if pick_device().type == "cpu":  # fp32 on the CPU: the saved tensors are exactly the ones the formula lists
         ledger.add("predicted", "Predicted activation bytes equal measured exactly, every policy, every shape swept "
-                   "(CPU, fp32; worst relative error)", worst, at_most(0.0))
+                   "(CPU, fp32; worst relative error)", worst, at_most(0.0), kind="measured")
     else:  # GPU attention kernels keep their own extra statistics
         ledger.add("predicted", "Predicted activation bytes within 10% of measured, every policy, every shape swept "
-                   "(GPU kernels; worst relative error)", worst, at_most(0.10))
+                   "(GPU kernels; worst relative error)", worst, at_most(0.10), kind="measured")
     ledger.note("slopes_bytes_per_layer", {p: slope(depth, p) for p in ("none", "attn", "mlp", "block")})
     return (f"Without checkpointing each layer adds {s_none / MiB:.2f} MiB ({s_none / E:.2f} × the block's input "
             f"tensor); checkpointing every block, {s_block / MiB:.3f} MiB ({s_block / E:.2f} × the input): the memory "
@@ -350,7 +350,7 @@ def peak_findings(ledger: Ledger, S: Settings, pk: dict) -> str:
     b, s = pk[("block", 1)], pk[("every_k", k)]
     if k > 1:
         ledger.add("sqrt_peak", f"√L segments keep less than every block but peak higher (peak of every {k} ÷ peak "
-                   "of every block)", s["peak"] / b["peak"], at_least(1.1))
+                   "of every block)", s["peak"] / b["peak"], at_least(1.1), kind="measured")
     ledger.note("peaks", {label(p, kk, L): v for (p, kk), v in pk.items()})
     return (f"At L = {L}, √L segments (every {k} blocks) keep {s['saved'] / MiB:.1f} MiB between forward and backward "
             f"— less than checkpointing every block ({b['saved'] / MiB:.1f} MiB) — but the step's peak is "
@@ -365,10 +365,10 @@ def overhead_findings(ledger: Ledger, fl: dict, times: dict[str, list[float]]) -
     extra = f["block"] - f["none"]
     ledger.add("recompute_exact", "Per-block checkpointing adds exactly one forward of every block minus its last "
                "projection (FLOPs counted with FlopCounterMode: added ÷ predicted)",
-               extra / fl["predicted_block_extra"], approx(1.0, abs=1e-9))
+               extra / fl["predicted_block_extra"], approx(1.0, abs=1e-9), kind="measured")
     ledger.add("overhead_flops", "… so recomputing every block costs less than one extra forward of the whole model, "
                "not the ≈ 2× some sources state (counted FLOPs ÷ none's; an extra full forward would be ≈ 1.33×)",
-               f["block"] / f["none"], at_most(4 / 3))
+               f["block"] / f["none"], at_most(4 / 3), kind="measured")
     ledger.note("flops", {k: v / f["none"] for k, v in f.items()})
     ledger.note("overheads_seconds", ov)
     counted = ", ".join(f"{n} {v / f['none']:.3f}×" for n, v in f.items() if n != "none")

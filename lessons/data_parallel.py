@@ -122,15 +122,17 @@ def equivalence_findings(ledger: Ledger, eq: dict[int, dict]) -> str:
         curve, steps = max(diffs[:CURVE_WINDOW]), min(len(diffs), CURVE_WINDOW)
         ledger.note(f"curve_{world}_whole_run", max(diffs))
         ledger.add(f"ddp_{world}", f"{world} ranks × B ≡ one process × {world}B: DDP gradients (max |Δ| over ranks)",
-                   ddp, at_most(1e-6))
-        ledger.add(f"naive_{world}", f"… and the naive all-reduce written out ({world} ranks)", naive, at_most(1e-6))
+                   ddp, at_most(1e-6), kind="measured")
+        ledger.add(f"naive_{world}", f"… and the naive all-reduce written out ({world} ranks)", naive, at_most(1e-6),
+                   kind="measured")
         ledger.add(f"curve_{world}", f"Loss curves of DDP ({world} ranks) and one process agree over the first {steps} "
-                   "steps (max |Δ loss|; rounding differs, so longer runs drift apart slowly)", curve, at_most(0.01))
+                   "steps (max |Δ loss|; rounding differs, so longer runs drift apart slowly)", curve, at_most(0.01),
+                   kind="measured")
         ledger.add(f"ring_{world}", f"The ring all-reduce written out equals dist.all_reduce ({world} ranks, max |Δ|)",
-                   ring, at_most(1e-5))
+                   ring, at_most(1e-5), kind="measured")
         ledger.add(f"ring_bytes_{world}", f"The written-out ring hands 2(N−1)/N × the gradient bytes to send (N = "
                    f"{world}; counted ÷ formula — equal by construction: it is what the code sends)",
-                   r0["ring_bytes_sent"] / r0["ring_bytes_formula"], approx(1.0, rel=0.01))
+                   r0["ring_bytes_sent"] / r0["ring_bytes_formula"], approx(1.0, rel=0.01), kind="counted")
         wire = wire_ratios(r0, world)
         if wire is None:
             ledger.note(f"wire_{world}", "not measurable: NCCL traffic does not cross the loopback interface")
@@ -139,9 +141,9 @@ def equivalence_findings(ledger: Ledger, eq: dict[int, dict]) -> str:
                               ("ddp_step", "a DDP backward (its bucketed all-reduces)")):
                 ledger.add(f"wire_{key}_{world}", f"On the wire, {what} sends 2(N−1)/N × the gradient bytes per rank "
                            f"(N = {world}; measured on the loopback interface ÷ formula, headers included)",
-                           wire[key], approx(1.0, rel=0.05))
+                           wire[key], approx(1.0, rel=0.05), kind="measured")
         ledger.add(f"backend_{world}", "The launch says which backend and devices it used",
-                   all("backend" in r["dist"] and "device" in r["dist"] for r in res), is_true())
+                   all("backend" in r["dist"] and "device" in r["dist"] for r in res), is_true(), kind="measured")
         measured = ("" if wire is None else
                     " On the loopback interface (what gloo really sent, all ranks ÷ N): the ring "
                     f"{wire['ring']:.3f}×, `dist.all_reduce` {wire['all_reduce']:.3f}×, a DDP backward "
@@ -192,13 +194,13 @@ def accumulation_findings(ledger: Ledger, acc: list[dict]) -> str:
     k = calls_without // calls_with
     caps = list(b)
     ledger.add("accum_equal", f"{k} micro-batches with no_sync() ≡ one batch of {k}× (max |Δg|)",
-               a["no_sync"]["max_diff"], at_most(1e-6))
+               a["no_sync"]["max_diff"], at_most(1e-6), kind="measured")
     ledger.add("no_sync_saves", f"Without no_sync() DDP all-reduces {k}× as often (calls without ÷ with)",
-               calls_without / calls_with, approx(k, abs=1e-9))
+               calls_without / calls_with, approx(k, abs=1e-9), kind="measured")
     ledger.add("sum_bug", f"Not dividing the micro-batch loss by k makes the gradient k = {k}× too large",
-               a["no_sync_sum_bug"]["norm_ratio"], approx(k, rel=1e-4))
+               a["no_sync_sum_bug"]["norm_ratio"], approx(k, rel=1e-4), kind="measured")
     ledger.add("buckets", "Smaller bucket_cap_mb → more buckets per step (smallest cap ÷ largest cap)",
-               b[caps[0]]["buckets"] / b[caps[-1]]["buckets"], at_least(2))
+               b[caps[0]]["buckets"] / b[caps[-1]]["buckets"], at_least(2), kind="measured")
     return (f"With `no_sync()` on the first {k - 1} micro-batches DDP all-reduced {calls_with} bucket(s) per step; "
             f"without it, {calls_without} — the same gradients (max |Δ| "
             f"{a['sync_every_micro_batch']['max_diff']:.1e}), "

@@ -201,14 +201,15 @@ def resume_figure(S: Settings, r: dict) -> go.Figure:
 def resume_findings(ledger: Ledger, S: Settings, r: dict) -> str:
     s = resume_stats(S, r)
     ledger.add("bitwise_losses", "Resumed from labtools.checkpoint, every training and validation loss equals the "
-               "uninterrupted run's bit for bit (measured)", s["lab_losses_equal"] and s["lab_val_equal"], is_true())
+               "uninterrupted run's bit for bit (measured)", s["lab_losses_equal"] and s["lab_val_equal"], is_true(),
+               kind="measured")
     ledger.add("bitwise_params", "… and so do the final parameters (sha256 of every tensor, measured)",
-               s["lab_params_equal"], is_true())
+               s["lab_params_equal"], is_true(), kind="measured")
     ledger.add("article_diverges", "The article's recipe (no RNG, no data position) resumes a different run: final "
-               "parameters differ (max |Δ|, measured)", s["article_param_diff"], at_least(1e-4))
+               "parameters differ (max |Δ|, measured)", s["article_param_diff"], at_least(1e-4), kind="measured")
     ledger.add("redone", f"The kill at step {S.stop_at} cost the steps since the last checkpoint (step "
                f"{s['saved_at']}): redone steps (measured from the resumed run)", s["redone"],
-               approx(S.stop_at % S.every, abs=0))
+               approx(S.stop_at % S.every, abs=0), kind="measured")
     ledger.note("resume", s)
     return (f"Both runs died at step {S.stop_at}; the newest checkpoint was at step {s['saved_at']}, so "
             f"{s['redone']} steps were computed again. Resumed from the whole state — model, optimizer, schedule "
@@ -386,18 +387,19 @@ def crash_findings(ledger: Ledger, S: Settings, c: dict) -> str:
     ev = c["random"]
     mid = sum(e["unfinished_saves"] > 0 for e in ev)
     ledger.add("in_place_lost", "A SIGKILL during the article's in-place torch.save leaves no loadable checkpoint "
-               "(measured)", not c["in_place_load"][0], is_true())
+               "(measured)", not c["in_place_load"][0], is_true(), kind="measured")
     ledger.add("atomic_kept", "The same kill during labtools.checkpoint.save: latest() falls back to the previous "
-               "checkpoint, which loads (measured)", c["atomic_load"][0], is_true())
+               "checkpoint, which loads (measured)", c["atomic_load"][0], is_true(), kind="measured")
     ledger.add("random_kills", f"{len(ev)} SIGKILLs at random moments: latest() loads after every one (measured)",
-               sum(e["loads"] for e in ev), approx(len(ev), abs=0))
+               sum(e["loads"] for e in ev), approx(len(ev), abs=0), kind="measured")
     if len(ev) >= MIN_KILLS:  # with fewer, none may land mid-save by chance
         ledger.add("random_mid_save", "… and some of them did land mid-save (kills that left an unfinished save)",
-                   mid, at_least(1))
+                   mid, at_least(1), kind="measured")
     ledger.add("corruption", "A truncated file and a flipped byte are both refused by the hash check, before "
-               "unpickling (measured)", not any(ok for ok, _ in c["corrupt"].values()), is_true())
+               "unpickling (measured)", not any(ok for ok, _ in c["corrupt"].values()), is_true(), kind="measured")
     ledger.add("skip_corrupt", "latest() skips a corrupted newest checkpoint for the one before it (measured)",
-               c["corrupt_latest"][0] and c["corrupt_latest"][1].endswith(checkpoint.name(1)), is_true())
+               c["corrupt_latest"][0] and c["corrupt_latest"][1].endswith(checkpoint.name(1)), is_true(),
+               kind="measured")
     ledger.note("save_s", c["save_s"])
     return (f"A save of {c['numel'] * 4 / 2**20:.0f} MB takes {c['save_s'] * 1e3:.0f} ms here (write, fsync, hash, "
             "read back and verify). Killed in the middle of writing in place, the article's single file was "
@@ -431,7 +433,7 @@ def run_security(workdir: Path) -> dict:
 def security_findings(ledger: Ledger, sec: dict) -> str:
     ok, msg = sec["weights_only"]
     ledger.add("weights_only", "torch.load(weights_only=True) refuses a checkpoint whose pickle would call a "
-               "function (measured)", not ok, is_true())
+               "function (measured)", not ok, is_true(), kind="measured")
     return (f"`torch.load(path, weights_only=True)` on a file whose pickle calls `print`: **{msg[:220]}…** The "
             "call never ran. Without `weights_only` (the article's `torch.load(path)` on torch < 2.6) it would have: "
             "a pickle is a program, and a checkpoint downloaded from elsewhere could run anything.")
@@ -475,11 +477,12 @@ def sharded_findings(ledger: Ledger, S: Settings, sh: dict) -> str:
     s, ld = sh["saved"][0], sh["loaded"][0]
     ledger.add("reshard_model", f"Saved at {S.save_world} ranks, loaded at {S.load_world}: the whole model is bitwise "
                "the saved one (sha256 of the gathered tensors, measured)", s["model_digest"] == ld["model_digest"],
-               is_true())
+               is_true(), kind="measured")
     ledger.add("reshard_optim", "… and so is the optimizer state (measured)", s["optim_digest"] == ld["optim_digest"],
-               is_true())
+               is_true(), kind="measured")
     ledger.add("one_file_per_rank", f"DCP wrote one shard file per saving rank ({S.save_world}) plus .metadata "
-               "(counted)", len([f for f in s["files"] if f.endswith(".distcp")]), approx(S.save_world, abs=0))
+               "(counted)", len([f for f in s["files"] if f.endswith(".distcp")]), approx(S.save_world, abs=0),
+               kind="measured")
     blocking = float(np.median([r["blocking_s"] for r in sh["saved"]]))
     ret = float(np.median([r["async_return_s"] for r in sh["saved"]]))
     done = float(np.median([r["async_done_s"] for r in sh["saved"]]))
@@ -510,10 +513,10 @@ def elastic_figure(el: dict) -> go.Figure:
 def elastic_findings(ledger: Ledger, S: Settings, el: dict) -> str:
     whole, killed = el["whole"], el["killed"]
     ledger.add("elastic_restarts", "torchrun restarted the group once after the SIGKILL (each rank's restart count, "
-               "measured)", min(r["restarts"] for r in killed), approx(1, abs=0))
+               "measured)", min(r["restarts"] for r in killed), approx(1, abs=0), kind="measured")
     ledger.add("elastic_bitwise", "The restarted run's final parameters and every loss equal the uninterrupted run's "
                "bitwise (measured)", killed[0]["digest"] == whole[0]["digest"]
-               and killed[0]["losses"] == whole[0]["losses"], is_true())
+               and killed[0]["losses"] == whole[0]["losses"], is_true(), kind="measured")
     every = max(1, S.elastic_steps // 4)
     return (f"Rank 1 killed itself with SIGKILL before step {S.kill_at} — no Python error, no message, as the OOM "
             "killer or a failed GPU would do it. torchrun saw it, stopped rank 0, and started both again "
@@ -586,15 +589,16 @@ def interval_findings(ledger: Ledger, rows: list[dict], save_s: float) -> str:
     by = {r["name"]: r for r in rows}
     bloom, block, asyn = (by[n] for n in CASES)
     ledger.add("bloom_overhead", "BLOOM: a 40 s save every 3 h costs 0.37% of training time (computed, as published)",
-               100 * bloom["saving"], approx(0.37, abs=0.005))
+               100 * bloom["saving"], approx(0.37, abs=0.005), kind="computed")
     ledger.add("mtbf", "Llama 3: 419 interruptions in 54 days = one every ~3.1 h (computed)", bloom["mtbf_h"],
-               approx(3.09, abs=0.01))
+               approx(3.09, abs=0.01), kind="computed")
     taus = np.geomspace(1, 48 * HOUR, 20001)
     numeric = taus[np.argmin([sum(waste(t, 148.8, LLAMA3_MTBF_S).values()) for t in taus])]
     ledger.add("young", "√(2δ·MTBF) is the interval a brute-force search over the waste model finds (computed; "
-               "ratio)", numeric / young_interval(148.8, LLAMA3_MTBF_S), approx(1.0, abs=0.002))
+               "ratio)", numeric / young_interval(148.8, LLAMA3_MTBF_S), approx(1.0, abs=0.002), kind="computed")
     ledger.add("async_gain", "Async saves cut the best total waste from blocking's (computed, ratio blocking ÷ "
-               "async = √(148.8/6.3))", block["total"] / asyn["total"], approx(math.sqrt(148.8 / 6.3), rel=1e-6))
+               "async = √(148.8/6.3))", block["total"] / asyn["total"], approx(math.sqrt(148.8 / 6.3), rel=1e-6),
+               kind="computed")
     here = young_interval(save_s, LLAMA3_MTBF_S)
     ledger.note("interval_here_s", here)
     return (f"With a failure every {bloom['mtbf_h']:.1f} h (Llama 3's rate), a blocking 148.8 s save is best "

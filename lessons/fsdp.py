@@ -116,23 +116,24 @@ def sharding_findings(ledger: Ledger, shard: dict[int, list[dict]]) -> str:
         p = predicted(n, "ZeRO-3: fully_shard", w)
         z1 = [r["ZeRO-1: DDP + ZeroRedundancyOptimizer"] for r in res]
         ledger.add(f"z3_1overN_{w}", f"{w} ranks, fully_shard: each rank holds 1/N of parameters and gradients "
-                   "(worst relative deviation over ranks: padding)", worst, at_most(0.05))
+                   "(worst relative deviation over ranks: padding)", worst, at_most(0.05), kind="measured")
         ledger.add(f"z3_sum_{w}", f"… and the shards add up to the whole model ({w} ranks)",
-                   sum(r["params"] for r in z3) == full, is_true())
+                   sum(r["params"] for r in z3) == full, is_true(), kind="measured")
         ledger.add(f"z3_opt_{w}", f"… and 1/N of AdamW's state: 2 × its parameter shard ({w} ranks)",
-                   all(r["optimizer"] == 2 * r["params"] for r in z3), is_true())
+                   all(r["optimizer"] == 2 * r["params"] for r in z3), is_true(), kind="measured")
         ledger.add(f"z3_pred_{w}", f"Per-rank bytes equal labtools.memory's ZeRO-3 prediction (worst relative gap, "
                    f"{w} ranks)", max(abs(r[k] - p[k]) / p[k] for r in z3 for k in ("params", "grads", "optimizer")),
-                   at_most(0.05))
+                   at_most(0.05), kind="measured")
         ledger.add(f"z1_sum_{w}", f"ZeRO-1 shards only the optimizer state: the partitions add up to the whole "
                    f"({w} ranks)", sum(r["optimizer"] for r in z1) == 8 * n and all(r["params"] == full for r in z1),
-                   is_true())
+                   is_true(), kind="measured")
         even = 8 * n / w
         shares = [r["optimizer"] / even for r in z1]
         ledger.add(f"z1_whole_params_{w}", f"ZeRO-1's partitions are uneven by less than one parameter's state: "
                    f"ZeroRedundancyOptimizer gives each rank whole parameters ({w} ranks; worst |partition − even "
                    "share| ÷ the largest parameter's AdamW state, measured)",
-                   max(abs(r["optimizer"] - even) for r in z1) / (8 * z1[0]["largest_param"]), at_most(1.0))
+                   max(abs(r["optimizer"] - even) for r in z1) / (8 * z1[0]["largest_param"]), at_most(1.0),
+                   kind="measured")
         d, r0z3 = res[0][STRATEGIES[0]], z3[0]
         parts.append(f"With {w} ranks, rank 0 holds {r0z3['params'] / d['params']:.3f} of the parameters, "
                      f"{r0z3['grads'] / d['grads']:.3f} of the gradients and {r0z3['optimizer'] / d['optimizer']:.3f} "
@@ -145,9 +146,10 @@ def sharding_findings(ledger: Ledger, shard: dict[int, list[dict]]) -> str:
     z2, z3 = r0["ZeRO-2: fully_shard, no reshard"], r0["ZeRO-3: fully_shard"]
     mp = r0["ZeRO-3: fully_shard + bf16 params"]
     ledger.add("reshard", "Without resharding, the whole unsharded model is held between forward and backward "
-               "(held ÷ model bytes)", z2["held_after_forward"] / (4 * z2["n_params"]), approx(1.0, abs=1e-9))
+               "(held ÷ model bytes)", z2["held_after_forward"] / (4 * z2["n_params"]), approx(1.0, abs=1e-9),
+               kind="measured")
     ledger.add("reshard_z3", "With it, only the shard (held ÷ model bytes × N)",
-               z3["held_after_forward"] / (4 * z3["n_params"]) * w0, approx(1.0, rel=0.05))
+               z3["held_after_forward"] / (4 * z3["n_params"]) * w0, approx(1.0, rel=0.05), kind="measured")
     parts.append(f"Between forward and backward, resharding keeps {z3['held_after_forward']:,} bytes of parameters, "
                  f"not resharding {z2['held_after_forward']:,} (the whole model, unsharded, until backward). With bf16 "
                  f"parameters the all-gathers carry {mp['input_bytes'].get('all_gather_single', 0):,} bytes instead of "
@@ -166,7 +168,7 @@ def fsdp1_findings(ledger: Ledger, f1: list[dict]) -> str:
     r0 = f1[0]
     ratio = r0["FULL_SHARD"]["params"] / r0["NO_SHARD"]["params"] * len(f1)
     ledger.add("fsdp1_full", "FSDP1 FULL_SHARD and SHARD_GRAD_OP hold 1/N of the parameters at rest, NO_SHARD all "
-               "(FULL_SHARD ÷ NO_SHARD × N)", ratio, approx(1.0, rel=0.05))
+               "(FULL_SHARD ÷ NO_SHARD × N)", ratio, approx(1.0, rel=0.05), kind="measured")
     ledger.note("fsdp1_rank0", {k: v for k, v in r0.items() if k != "dist"})
     held = [f"{name}: parameters {d['params']:,}, gradients {d['grads']:,}" for name, d in r0.items() if name != "dist"]
     return "Rank 0's bytes with FSDP1 (" + "; ".join(held) + ")."
@@ -221,16 +223,18 @@ def traffic_findings(ledger: Ledger, shard: dict[int, list[dict]]) -> str:
     z3, mp = rw["ZeRO-3: fully_shard"], rw["ZeRO-3: fully_shard + bf16 params"]
     Z1, Z2, Z3 = STRATEGIES[1], "ZeRO-2: fully_shard, no reshard", "ZeRO-3: fully_shard"
     ledger.add("traffic_z3", f"Under ring collectives ZeRO-3 sends 1.5× DDP's bytes per step ({w} ranks; predicted "
-               "from the counted inputs of its collectives)", ratios[Z3]["ring"], approx(1.5, rel=0.02))
+               "from the counted inputs of its collectives)", ratios[Z3]["ring"], approx(1.5, rel=0.02),
+               kind="computed")
     ledger.add("traffic_z2", "… without resharding 1.0× (one all-gather saved; predicted)", ratios[Z2]["ring"],
-               approx(1.0, rel=0.02))
+               approx(1.0, rel=0.02), kind="computed")
     ledger.add("traffic_z1", "ZeroRedundancyOptimizer: DDP's all-reduce plus a broadcast of the updated partitions, "
-               "1.5× (predicted)", ratios[Z1]["ring"], approx(1.5, rel=0.02))
+               "1.5× (predicted)", ratios[Z1]["ring"], approx(1.5, rel=0.02), kind="computed")
     ledger.add("mp_allgather", "bf16 parameters halve the all-gathered bytes (bf16 ÷ fp32, counted)",
-               mp["input_bytes"]["all_gather_single"] / z3["input_bytes"]["all_gather_single"], approx(0.5, abs=1e-9))
+               mp["input_bytes"]["all_gather_single"] / z3["input_bytes"]["all_gather_single"], approx(0.5, abs=1e-9),
+               kind="counted")
     ledger.add("mp_reduce_fp32", "… while gradients are still reduced in fp32 (reduce-scatter bytes unchanged, "
                "counted)", mp["input_bytes"]["reduce_scatter_single"] == z3["input_bytes"]["reduce_scatter_single"],
-               is_true())
+               is_true(), kind="counted")
     ledger.note("traffic_x_ddp", ratios)
     calls = z3["calls"]
     text = (f"Per step, DDP all-reduces every gradient once: 2(N−1)/N · M bytes sent per rank. ZeRO-3 all-gathers the "
@@ -247,14 +251,15 @@ def traffic_findings(ledger: Ledger, shard: dict[int, list[dict]]) -> str:
     for world in sorted(shard):
         _, r = traffic_ratios(shard, world)
         ledger.add(f"wire_ddp_{world}", f"DDP's bytes on the wire ÷ the ring prediction ({world} ranks; measured on "
-                   "the loopback interface, headers included)", r[STRATEGIES[0]]["wire_vs_ring"], approx(1.0, rel=0.05))
+                   "the loopback interface, headers included)", r[STRATEGIES[0]]["wire_vs_ring"], approx(1.0, rel=0.05),
+                   kind="measured")
         ledger.add(f"wire_z3_{world}", f"On gloo, ZeRO-3 put 2× DDP's bytes on the wire, not the ring's 1.5× ({world} "
-                   "ranks, measured)", r[Z3]["wire"], approx(2.0, rel=0.08))
+                   "ranks, measured)", r[Z3]["wire"], approx(2.0, rel=0.08), kind="measured")
         ledger.add(f"wire_z2_{world}", f"… and ZeRO-2 1.5×, not 1.0× ({world} ranks, measured)", r[Z2]["wire"],
-                   approx(1.5, rel=0.08))
+                   approx(1.5, rel=0.08), kind="measured")
         ledger.add(f"wire_gloo_{world}", f"Every strategy's wire bytes match the prediction once gloo's reduce-scatter "
                    f"is costed as an all-reduce ({world} ranks; worst |measured ÷ predicted − 1|)",
-                   max(abs(x["wire_vs_gloo"] - 1) for x in r.values()), at_most(0.05))
+                   max(abs(x["wire_vs_gloo"] - 1) for x in r.values()), at_most(0.05), kind="measured")
     return text + (
         f" **On the wire it is different.** Read off the loopback interface around the same step ({w} gloo ranks on "
         f"this machine), ZeRO-3 sent {ratios[Z3]['wire']:.2f}× DDP's bytes and ZeRO-2 {ratios[Z2]['wire']:.2f}×: "
@@ -285,7 +290,8 @@ def equivalence_findings(ledger: Ledger, eq: list[dict]) -> str:
     curve = max(abs(a - b) for a, b in zip(r0["FSDP_losses"], r0["DDP_losses"]))
     steps = len(r0["FSDP_losses"])
     ledger.add("fsdp_grads", "FSDP's first-step gradients equal one process on the whole batch (max |Δ| over ranks)",
-               grads["FSDP"], at_most(1e-6))
-    ledger.add("fsdp_curve", f"FSDP and DDP loss curves agree over {steps} steps (max |Δ loss|)", curve, at_most(0.01))
+               grads["FSDP"], at_most(1e-6), kind="measured")
+    ledger.add("fsdp_curve", f"FSDP and DDP loss curves agree over {steps} steps (max |Δ loss|)", curve, at_most(0.01),
+               kind="measured")
     return (f"First-step gradients against one process on the whole batch: DDP {grads['DDP']:.1e}, FSDP "
             f"{grads['FSDP']:.1e}. Over {steps} steps the two loss curves differ by at most {curve:.1e}.")

@@ -144,15 +144,15 @@ def parity_findings(ledger: Ledger, results: dict[int, dict]) -> str:
         ran = [s for s, e in per.items() if all(x["ran"] for x in e)]
         worst = max(x["max_grad_diff"] for s in ran for x in per[s])
         ledger.add(f"parity_{p}", f"p = {p}: every schedule that ran gives one process's gradients (max |Δ| over "
-                   f"ranks and schedules, fp32, measured)", worst, at_most(1e-6))
+                   f"ranks and schedules, fp32, measured)", worst, at_most(1e-6), kind="measured")
         for s in ("written-out gpipe", "written-out 1f1b", "gpipe", "1f1b", "interleaved"):
-            ledger.add(f"ran_{s}_{p}", f"p = {p}: {s} runs on {backend}", s in ran, is_true())
+            ledger.add(f"ran_{s}_{p}", f"p = {p}: {s} runs on {backend}", s in ran, is_true(), kind="measured")
         missed = [s for s in PARITY_SCHEDULES if s not in ran]
         diffs = [abs(a - b) for a, b in zip(r["ranks"][0]["losses"], r["single_losses"])]
         curve = max(diffs[:CURVE_WINDOW])
         ledger.add(f"curve_{p}", f"p = {p}: the first {min(len(diffs), CURVE_WINDOW)} AdamW steps of 1F1B training "
                    "match one process (max |Δ loss|, measured; rounding differs, so longer runs drift slowly)", curve,
-                   at_most(1e-3))
+                   at_most(1e-3), kind="measured")
         ledger.note(f"curve_{p}_whole_run", max(diffs))
         parts.append(f"**p = {p}** ({backend}): {len(ran)} of {len(PARITY_SCHEDULES)} schedules ran "
                      f"({', '.join(ran)}){'; failed: ' + ', '.join(missed) if missed else ''}. Worst gradient "
@@ -235,14 +235,15 @@ def bubble_findings(ledger: Ledger, S: Settings, results: dict[int, dict]) -> st
                 f = "(p−1)/(v·m+p−1)" if schedule == "interleaved" else "(p−1)/(m+p−1)"
                 ledger.add(f"bubble_{schedule}_{p}", f"p = {p}, {schedule}, simulated compute: the measured bubble is "
                            f"within 0.05 of {f} for every m swept (worst |measured − formula|, at m = {worst[2]})",
-                           abs(gaps[worst]), at_most(0.05))
+                           abs(gaps[worst]), at_most(0.05), kind="measured")
     key = (4, "1f1b", 16) if (4, "1f1b", 16) in runs else max(runs, key=lambda k: (k[0], k[2]))
     eff = 1 - parts[key]["bubble"]
     f_eff = pipeline_efficiency(key[0], key[2])
     ledger.add("article_78_9", f"The source article's \"{key[0]} stages, {key[2]} micro-batches: η = 78.9%\" is wrong: "
                f"measured efficiency ({key[1]}, 1 − bubble) − 78.9%; the formula's m/(m+p−1) = {f_eff:.1%} says "
                f"+{f_eff - ARTICLE_EFFICIENCY:.3f}", eff - ARTICLE_EFFICIENCY,
-               approx(f_eff - ARTICLE_EFFICIENCY, abs=0.03), source="a source article: η = (16−1)/(16+4−1)")
+               approx(f_eff - ARTICLE_EFFICIENCY, abs=0.03), source="a source article: η = (16−1)/(16+4−1)",
+               kind="measured")
     ledger.note("bubble_gaps", {f"p{k[0]} {k[1]} m{k[2]}": g for k, g in gaps.items()})
     ledger.note("latency", {f"p{k[0]} {k[1]} m{k[2]}": d["latency"] for k, d in parts.items()})
     overruns = sum(r["overruns"] for res in results.values() for r in res["ranks"])
@@ -300,9 +301,9 @@ def memory_findings(ledger: Ledger, results: dict[int, dict], m: int) -> str:
         pred = in_flight(schedule_order("1f1b", p, m))
         ledger.add(f"mem_gpipe_{p}", f"p = {p}: GPipe holds all m = {m} micro-batches' activations on every rank "
                    "(worst |measured peak ÷ one micro-batch − m|)", max(abs(h - m) for h in held["gpipe"]),
-                   at_most(0.05))
+                   at_most(0.05), kind="measured")
         ledger.add(f"mem_1f1b_{p}", f"p = {p}: 1F1B holds min(p − r, m) on rank r (worst |measured − predicted|)",
-                   max(abs(h - q) for h, q in zip(held["1f1b"], pred)), at_most(0.05))
+                   max(abs(h - q) for h, q in zip(held["1f1b"], pred)), at_most(0.05), kind="measured")
         parts.append(f"p = {p}: GPipe held {', '.join(f'{h:.2f}' for h in held['gpipe'])} micro-batches' worth per "
                      f"rank; 1F1B {', '.join(f'{h:.2f}' for h in held['1f1b'])} (predicted {pred}).")
     return (" ".join(parts) + " Measured: the bytes autograd keeps for backward on each rank, at their peak during "
@@ -336,14 +337,15 @@ def traffic_findings(ledger: Ledger, results: dict[int, dict], S: Settings) -> s
         counted = sum(x["pipeline_sent_counted"] for x in t)
         ledger.add(f"p2p_counted_{p}", f"p = {p}: the schedule sends one b·s·h activation forward and one gradient "
                    "backward per micro-batch per boundary (bytes torch's stages handed to gloo ÷ 2(p−1)·m·b·s·h·4)",
-                   counted / pipe_pred, approx(1.0, abs=1e-9))
+                   counted / pipe_pred, approx(1.0, abs=1e-9), kind="counted")
         wire, ddp_wire = t[0]["pipeline_wire"], t[0]["ddp_wire"]
         ddp_pred = p * collective_bytes("all_reduce", t[0]["param_bytes"], p)
         if wire is not None:
             ledger.add(f"p2p_wire_{p}", f"p = {p}: … and that is what crossed the loopback interface (wire ÷ "
-                       "predicted; headers and local traffic add a little)", wire / pipe_pred, approx(1.0, rel=0.1))
+                       "predicted; headers and local traffic add a little)", wire / pipe_pred, approx(1.0, rel=0.1),
+                       kind="measured")
             ledger.add(f"ddp_wire_{p}", f"p = {p}: DDP on the same ranks sends 2(N−1)/N × the gradient bytes from each "
-                       "rank (wire ÷ ring prediction)", ddp_wire / ddp_pred, approx(1.0, rel=0.1))
+                       "rank (wire ÷ ring prediction)", ddp_wire / ddp_pred, approx(1.0, rel=0.1), kind="measured")
             parts.append(f"p = {p}: {wire:,} bytes on the wire per pipeline step ({wire / pipe_pred:.3f}× the "
                          f"prediction) against {ddp_wire:,} for a DDP step of the same model "
                          f"({ddp_wire / wire:.1f}× more).")
@@ -388,7 +390,8 @@ def exercises(ledger: Ledger) -> list[Exercise]:
     llama = bubble_fraction(16, 16)
     v_needed = next(v for v in range(1, 64) if bubble_fraction(16, 16, v) <= 0.2)
     ledger.add("llama_1f1b", "Llama 3 405B's pp = 16 with 16 micro-batches would idle 15/31 ≈ 48% without "
-               "interleaving (computed)", llama, approx(15 / 31, rel=1e-12), source="Llama 3 paper, §3.3.2")
+               "interleaving (computed)", llama, approx(15 / 31, rel=1e-12), source="Llama 3 paper, §3.3.2",
+               kind="computed")
 
     return [
         Exercise("The article's 78.9%", "4 stages, 16 micro-batches, GPipe or 1F1B: what fraction of the time is idle, "

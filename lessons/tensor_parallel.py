@@ -96,7 +96,8 @@ def parity_findings(ledger: Ledger, res: dict) -> str:
         worst = max(v for x in r for part in x["parity"].values() for v in part.values())
         backend = r[0]["dist"]["backend"]
         ledger.add(f"parity_{t}", f"tp = {t}: MLP, attention and the whole GPT — written out, DTensor, DTensor + SP — "
-                   "give one rank's outputs and gradients (max |Δ| over ranks, fp32, measured)", worst, at_most(1e-5))
+                   "give one rank's outputs and gradients (max |Δ| over ranks, fp32, measured)", worst, at_most(1e-5),
+                   kind="measured")
         parts.append(f"tp = {t} ({backend}): worst difference {worst:.1e}.")
     return " ".join(parts) + " The split computes the same function; only where the numbers live changes."
 
@@ -149,11 +150,12 @@ def comm_findings(ledger: Ledger, res: dict, S: Settings) -> str:
         c = r[0]["comm"]
         L = S.n_layer
         ledger.add(f"tp_calls_{t}", f"tp = {t}: TP all-reduces 4 times per layer per forward + backward (counted ÷ 4L)",
-                   c["dtensor"]["calls"].get("all_reduce", 0) / (4 * L), approx(1.0, abs=1e-9))
+                   c["dtensor"]["calls"].get("all_reduce", 0) / (4 * L), approx(1.0, abs=1e-9), kind="counted")
         ledger.add(f"sp_calls_{t}", f"tp = {t}: TP + SP swaps each for a reduce-scatter and an all-gather (4L of each, "
                    "plus the gather before ln_f and its backward)",
                    c["dtensor+sp"]["calls"].get("reduce_scatter_tensor", 0) == 4 * L
-                   and c["dtensor+sp"]["calls"].get("all_gather_into_tensor", 0) == 4 * L + 2, is_true())
+                   and c["dtensor+sp"]["calls"].get("all_gather_into_tensor", 0) == 4 * L + 2, is_true(),
+                   kind="counted")
         wire = c["dtensor"]["wire"]
         if wire is None:
             continue
@@ -161,16 +163,16 @@ def comm_findings(ledger: Ledger, res: dict, S: Settings) -> str:
         rs_factor = c["wire_reduce_scatter"] / c["wire_all_gather"]
         ledger.add(f"tp_wire_{t}", f"tp = {t}: TP's bytes on the wire ÷ the ring prediction 8(t−1)·L·b·s·h (measured; "
                    "gloo's own all-reduce and headers add a little)", wire / ring_bytes(S, t, False),
-                   approx(1.0, rel=0.15))
+                   approx(1.0, rel=0.15), kind="measured")
         ledger.add(f"gloo_rs_{t}", f"tp = {t}: gloo's reduce-scatter puts about twice an all-gather's bytes on the "
                    "wire — as much as its all-reduce (measured, a collective of b·s·h alone, mean of 10; the ring's "
                    "would be equal)",
-                   rs_factor, approx(2.0, rel=0.15))
+                   rs_factor, approx(2.0, rel=0.15), kind="measured")
         sp_wire = c["dtensor+sp"]["wire"]
         ring_sp = ring_bytes(S, t, True)
         gloo_sp = ring_sp + 4 * L * (c["wire_reduce_scatter"] - c["wire_all_gather"])  # each RS costs an AR on gloo
         ledger.add(f"sp_wire_{t}", f"tp = {t}: TP + SP on the wire ÷ the ring prediction with gloo's measured "
-                   "reduce-scatter cost", sp_wire / gloo_sp, approx(1.0, rel=0.15))
+                   "reduce-scatter cost", sp_wire / gloo_sp, approx(1.0, rel=0.15), kind="measured")
         parts.append(f"tp = {t}: TP sent {wire:,} bytes ({wire / ring_bytes(S, t, False):.2f}× the ring prediction), "
                      f"TP + SP {sp_wire:,} ({sp_wire / ring_sp:.2f}× its ring prediction of {ring_sp:,.0f}). One "
                      f"collective of {M:,} bytes alone: all-reduce {c['wire_all_reduce']:,}, all-gather "
@@ -211,7 +213,8 @@ def memory_figure(rows: list[tuple]) -> go.Figure:
 def memory_findings(ledger: Ledger, rows: list[tuple], S: Settings) -> str:
     exact = all(measured == pred for _, _, measured, pred in rows)
     ledger.add("mem_exact", f"Activation bytes per rank equal labtools.memory's prediction exactly: none, TP, TP + SP "
-               f"at tp = {', '.join(str(t) for t in S.worlds)} (measured vs predicted, fp32)", exact, is_true())
+               f"at tp = {', '.join(str(t) for t in S.worlds)} (measured vs predicted, fp32)", exact, is_true(),
+               kind="measured")
     s, b, h, a = S.block_size, S.batch_size, S.n_embd, S.n_head
     k = {sp: {t: korthikanti_tp_bytes_per_layer(s, b, h, a, t, sp) / (s * b * h) for t in S.worlds}
          for sp in (False, True)}
@@ -241,9 +244,9 @@ def two_d_findings(ledger: Ledger, res: dict) -> str:
     grads = max(float(np.abs(np.array(res["two_d"]["first_grads_ln_1"][k]) - np.array(v)).max())
                 for k, v in res["single"]["first_grads_ln_1"].items())
     ledger.add("two_d_grads", "dp 2 × tp 2: first-step gradients (gathered) equal one process's (max |Δ| over the "
-               "LayerNorm gains, measured)", grads, at_most(1e-6))
+               "LayerNorm gains, measured)", grads, at_most(1e-6), kind="measured")
     ledger.add("two_d_curve", f"… and the first {min(len(diffs), CURVE_WINDOW)} AdamW steps' losses match (max |Δ|)",
-               max(diffs[:CURVE_WINDOW]), at_most(1e-3))
+               max(diffs[:CURVE_WINDOW]), at_most(1e-3), kind="measured")
     ledger.note("two_d_curve_whole_run", max(diffs))
     return (f"First-step gradients differ by {grads:.1e}; over the first {min(len(diffs), CURVE_WINDOW)} steps the "
             f"losses differ by at most {max(diffs[:CURVE_WINDOW]):.1e}, over all {len(diffs)} by {max(diffs):.1e} — "
@@ -283,20 +286,21 @@ def cases_table(c: dict) -> go.Figure:
 def cases_findings(ledger: Ledger, c: dict) -> str:
     a1, ll = c["article"][1], c["llama"]
     ledger.add("gpt3_fits", "GPT-3 175B as TP 8 × PP 16 × DP 8 fits 80 GB A100s (predicted memory per GPU, ZeRO-1, "
-               "every layer recomputed)", a1.fits and c["article"][0].fits, is_true(), source="a source article")
+               "every layer recomputed)", a1.fits and c["article"][0].fits, is_true(), source="a source article",
+               kind="computed")
     ledger.add("gpt3_bubble", "… and its bubble with batch 1536 and micro-batch 1 is 15/207 (computed)", a1.bubble,
-               approx(15 / 207, rel=1e-9))
+               approx(15 / 207, rel=1e-9), kind="computed")
     ledger.add("llama_bubble", "Llama 3 405B, pp 16 with 16 micro-batches: non-interleaved 1F1B idles 15/31 ≈ 48% "
-               "(computed)", ll.bubble, approx(15 / 31, rel=1e-9), source="Llama 3 paper, §3.3")
+               "(computed)", ll.bubble, approx(15 / 31, rel=1e-9), source="Llama 3 paper, §3.3", kind="computed")
     ledger.add("gpt3_days", "GPT-3 175B on 300B tokens with 1024 A100s at 140 TFLOP/s: ≈ 34 days (computed, "
                "8·T·P/(n·X))",
-               c["days"], approx(34, rel=0.02), source="Narayanan et al. 2021, §5.1")
+               c["days"], approx(34, rel=0.02), source="Narayanan et al. 2021, §5.1", kind="computed")
     ratio = {k: c[k].tp_comm_s / c[k].compute_s for k in ("nvlink", "network")}
     ledger.add("tp_nvlink", "\"TP requires fast interconnect\": over NVLink, GPT-3's TP 8 all-reduces cost under "
                "10% of the compute time (predicted, TP comm ÷ compute)", ratio["nvlink"], at_most(0.10),
-               source="a source article")
+               source="a source article", kind="computed")
     ledger.add("tp_network", "… across nodes (HDR, 25 GB/s per GPU) at least half of it (predicted)", ratio["network"],
-               at_least(0.5))
+               at_least(0.5), kind="computed")
     return (f"Over NVLink the tensor-parallel all-reduces of GPT-3's layers cost {ratio['nvlink']:.1%} of the compute "
             f"time; the same TP 8 across nodes would cost {ratio['network']:.0%} — tensor parallelism stays inside a "
             f"node. Llama 3's pipeline without interleaving would idle {ll.bubble:.1%}; with v = 2 chunks per rank "

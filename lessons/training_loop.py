@@ -200,11 +200,11 @@ def first_step_findings(ledger: Ledger, vocab_size: int, *, init_loss: float, si
     ln_v = math.log(vocab_size)
     predicted = ln_v + sigma**2 / 2
     ledger.add("init_ln_v", f"Loss at initialisation ≈ ln V = ln {vocab_size} (within 5%)", init_loss,
-               approx(ln_v, rel=0.05))
+               approx(ln_v, rel=0.05), kind="measured")
     ledger.add("init_sigma", "…and more precisely ≈ ln V + σ²/2, σ = std of the initial logits (within 1%)",
-               init_loss, approx(predicted, rel=0.01))
+               init_loss, approx(predicted, rel=0.01), kind="measured")
     ledger.add("adam_first_step", "Adam's first step moves every parameter by ≈ lr, so ‖Δθ‖ ≈ lr·√N (ratio within 5% "
-               "of 1)", update_ratio, approx(1.0, abs=0.05))
+               "of 1)", update_ratio, approx(1.0, abs=0.05), kind="measured")
     return (f"Loss at initialisation **{init_loss:.4f}** against ln V = {ln_v:.4f} and ln V + σ²/2 = {predicted:.4f} "
             f"(σ = {sigma:.4f}, the spread of the initial logits); Adam's first step moved the parameters by "
             f"{update_ratio:.4f} × lr·√N.")
@@ -215,10 +215,10 @@ def floor_findings(ledger: Ledger, S: Settings, corpus: data.Corpus, h: History)
     window = corpus.loss_floor(S.block_size)
     tokens_per_s = statistics.median(h.tokens_per_s)
     ledger.add("floor_gap", f"After {S.steps} steps, val loss is within {S.floor_gap_max} nats of the entropy rate "
-               f"{corpus.entropy_rate:.4f}", gap, at_most(S.floor_gap_max))
+               f"{corpus.entropy_rate:.4f}", gap, at_most(S.floor_gap_max), kind="measured")
     ledger.add("above_floor", f"No model beats the {S.block_size}-token window floor {window:.4f} "
                "(val loss − floor ≥ −0.02, the val estimate's sampling error)", h.final_val_loss - window,
-               at_least(-0.02))
+               at_least(-0.02), kind="measured")
     ledger.note("floor_gap_nats", gap)
     ledger.note("window_floor_gap_nats", h.final_val_loss - window)
     ledger.note("synthetic_seconds", h.seconds)
@@ -233,7 +233,8 @@ def floor_findings(ledger: Ledger, S: Settings, corpus: data.Corpus, h: History)
 def text_findings(ledger: Ledger, h1: float, h: History) -> str:
     """h1: the corpus's unigram entropy (unigram_entropy), the loss of a model that ignores context."""
     ledger.add("uses_context", f"On text, val loss falls below the unigram entropy {h1:.3f} "
-               "(the model uses context, not just character frequencies)", h.final_val_loss, at_most(h1))
+               "(the model uses context, not just character frequencies)", h.final_val_loss, at_most(h1),
+               kind="measured")
     ledger.note("text_seconds", h.seconds)
     return (f"Validation loss on text after {len(h.step)} steps: **{h.final_val_loss:.3f}** nats/character, against "
             f"{h1:.3f} for a model that only knows character frequencies (the unigram entropy).")

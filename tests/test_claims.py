@@ -33,20 +33,30 @@ def test_approx_needs_exactly_one_tolerance():
 
 def test_ledger_records_replaces_and_reports():
     ledger = Ledger("demo")
-    ledger.add("a", "one is about one", 1.01, approx(1.0, rel=0.05))
-    ledger.add("b", "two is small", 2.0, at_most(1.0))
+    ledger.add("a", "one is about one", 1.01, approx(1.0, rel=0.05), kind="measured")
+    ledger.add("b", "two is small", 2.0, at_most(1.0), kind="computed")
     assert not ledger.all_passed
-    ledger.add("b", "two is small", 0.5, at_most(1.0))  # same key replaces
+    ledger.add("b", "two is small", 0.5, at_most(1.0), kind="computed")  # same key replaces
     assert ledger.all_passed and [c.key for c in ledger.claims] == ["a", "b"]
     ledger.note("seconds", 1.5)
     html = ledger.to_html()
     assert "one is about one" in html and "2/2 hold" in html
     assert "[PASS]" in ledger.to_text()
+    assert "<small>computed</small>" in html and "[PASS] two is small: computed 0.5" in ledger.to_text()
+
+
+def test_every_claim_says_its_kind():
+    ledger = Ledger("demo")
+    with pytest.raises(TypeError):
+        ledger.add("a", "no kind", 1.0, at_most(2.0))
+    with pytest.raises(ValueError, match="kind must be one of"):
+        ledger.add("a", "a guess", 1.0, at_most(2.0), kind="guessed")
+    assert ledger.claims == []
 
 
 def test_mimebundle_roundtrips_through_a_notebook():
     ledger = Ledger("demo")
-    ledger.add("x", "x holds", 3, at_least(1), source="somewhere")
+    ledger.add("x", "x holds", 3, at_least(1), source="somewhere", kind="counted")
     bundle = ledger.mimebundle()
     nb = {"cells": [{"cell_type": "code", "outputs": [{"output_type": "display_data", "data": bundle}]}]}
     found = read_ledgers(json.loads(json.dumps(nb)))
