@@ -73,8 +73,8 @@ class _AdamBase(Optimizer):
                 if p.grad is None:
                     continue
                 g = p.grad
-                if wd and self.decoupled:
-                    p.mul_(1 - lr * wd)  # AdamW: shrink θ directly, whatever the gradient history
+                if wd and self.decoupled:  # AdamW: shrink θ directly, whatever the gradient history
+                    p.mul_(1 - (lr / group["base_lr"] if group.get("independent_decay") else lr) * wd)
                 elif wd:
                     g = g.add(p, alpha=wd)  # L2: λθ joins the gradient, so it is divided by √v̂ below
                 state = self.state[p]
@@ -115,8 +115,20 @@ class AdamW(_AdamBase):
     """AdamW: θ ← θ (1 − lr·λ), then Adam on the raw gradient (= torch.optim.AdamW).
 
     Every parameter shrinks by the same factor per step, whatever its gradient history.
+
+    independent_decay=True is Loshchilov & Hutter's own form (their Algorithm 2): θ ← θ (1 − η_t·λ), where η_t
+    is the schedule multiplier — the current lr ÷ the lr the optimizer was built with — not the learning rate
+    α·η_t. The decay then does not scale with α, which is what lets their best λ stay put when α changes;
+    torch's form multiplies λ by α again. Equal to torch.optim.AdamW(weight_decay=λ/α) (tested).
     """
     decoupled = True
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, independent_decay: bool = False):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        for group in self.param_groups:
+            group.setdefault("independent_decay", independent_decay)
+            group.setdefault("base_lr", group["lr"])  # α: η_t = lr / base_lr
 
 
 class Lion(Optimizer):

@@ -39,6 +39,35 @@ def test_adam_l2_matches_torch_adam_with_weight_decay(kw, wd):
     assert worst <= 1e-6
 
 
+@pytest.mark.parametrize("kw", ADAM_SETTINGS)
+def test_independent_decay_is_torch_adamw_with_lambda_over_alpha_under_a_schedule(kw):
+    """Loshchilov & Hutter's θ ← θ(1 − η_t·λ) is torch's AdamW with weight_decay λ/α, even while a schedule moves
+    the lr (η_t = lr/α); and its decay per step does not change when α does."""
+    lam, alpha = 1e-3, kw["lr"]
+    g = torch.Generator().manual_seed(0)
+    init = [torch.randn(s, generator=g) for s in SHAPES]
+    a = [t.clone().requires_grad_() for t in init]
+    b = [t.clone().requires_grad_() for t in init]
+    ours = O.AdamW(a, weight_decay=lam, independent_decay=True, **kw)
+    theirs = torch.optim.AdamW(b, **dict(kw, weight_decay=lam / alpha, foreach=False))
+    for t in range(25):
+        eta = 0.5 * (1 + torch.cos(torch.tensor(torch.pi * t / 25))).item()  # a cosine schedule
+        for opt in (ours, theirs):
+            for group in opt.param_groups:
+                group["lr"] = alpha * eta
+        for p, q in zip(a, b):
+            p.grad = torch.randn(p.shape, generator=g)
+            q.grad = p.grad.clone()
+        ours.step()
+        theirs.step()
+    assert max((p - q).abs().max().item() for p, q in zip(a, b)) <= 1e-6
+    for lr in (1e-3, 1e-1):  # zero gradients: only the decay acts, and it is η_t·λ whatever α is
+        p = torch.ones(3, requires_grad=True)
+        p.grad = torch.zeros(3)
+        O.AdamW([p], lr=lr, weight_decay=lam, independent_decay=True).step()
+        assert torch.equal(p.detach(), torch.full((3,), 1 - lam))
+
+
 def test_the_parity_check_detects_a_difference():
     assert divergence(O.Adam, torch.optim.Adam, dict(lr=1e-3), dict(lr=1.01e-3)) > 1e-6
 
