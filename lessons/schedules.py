@@ -14,7 +14,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from labtools import data, plots
-from labtools.claims import Ledger, at_least, at_most, is_true
+from labtools.claims import Ledger, approx, at_least, at_most, between, is_true
 from labtools.device import pick_device
 from labtools.model import GPT, GPTConfig
 from labtools.optim import param_groups
@@ -54,7 +54,7 @@ PROFILES = {
     "smoke": Settings("smoke", n_layer=2, n_embd=64, block_size=64, batch_size=16, budget=180, peak_lr=1e-2,
                       warmup_lr=3e-2, warmup_steps=150, horizon=180, decay_margin=None, warmup_margin=None),
     "cpu": Settings("cpu", n_layer=2, n_embd=64, block_size=64, batch_size=16, budget=600, peak_lr=1e-2,
-                    warmup_lr=3e-2, warmup_steps=400, horizon=600, decay_margin=0.05, warmup_margin=0.1),
+                    warmup_lr=3e-2, warmup_steps=400, horizon=600, decay_margin=0.05, warmup_margin=None),
     "gpu": Settings("gpu", n_layer=6, n_embd=384, block_size=256, batch_size=64, budget=3000, peak_lr=3e-3,
                     warmup_lr=1e-2, warmup_steps=2000, horizon=4000, decay_margin=0.02, warmup_margin=0.05),
 }
@@ -109,12 +109,15 @@ def corpus() -> data.Corpus:
     return data.text()
 
 
+BETAS = (0.9, 0.95)  # every run of this lesson
+
+
 def build(S: Settings, lr: float) -> tuple[GPT, torch.optim.Optimizer]:
     text = corpus()
     torch.manual_seed(S.seed)
     model = GPT(GPTConfig(vocab_size=text.vocab_size, block_size=S.block_size, n_layer=S.n_layer, n_head=4,
                           n_embd=S.n_embd)).to(pick_device())
-    return model, torch.optim.AdamW(param_groups(model, 0.1), lr=lr, betas=(0.9, 0.95))
+    return model, torch.optim.AdamW(param_groups(model, 0.1), lr=lr, betas=BETAS)
 
 
 def run(S: Settings, schedule, steps: int, lr: float, *, desc: str, start_step: int = 0, model=None, optimizer=None,
@@ -150,18 +153,26 @@ def finals_figure(runs: dict[str, History], title: str) -> go.Figure:
 def step_probe(info: StepInfo):
     """Log Adam's normalised update RMS (m̂/(√v̂+ε), 1.0 = every weight moves by lr) and the relative step ‖Δθ‖/‖θ‖."""
     num, n, sq = 0.0, 0, 0.0
+    seen, raw, k = 0.0, 0.0, 0  # over entries that have had a gradient: with and without bias correction
     opt = info.optimizer
     for group in opt.param_groups:
         beta1, beta2 = group["betas"]
         for p in group["params"]:
             s = opt.state[p]
             t = float(s["step"])
-            u = (s["exp_avg"] / (1 - beta1**t)) / ((s["exp_avg_sq"] / (1 - beta2**t)).sqrt() + group["eps"])
+            m, v = s["exp_avg"], s["exp_avg_sq"]
+            u = (m / (1 - beta1**t)) / ((v / (1 - beta2**t)).sqrt() + group["eps"])
             num += (u**2).sum().item()
             n += u.numel()
             sq += (p.detach() ** 2).sum().item()
+            had = v > 0
+            seen += (u[had] ** 2).sum().item()
+            raw += ((m / (v.sqrt() + group["eps"]))[had] ** 2).sum().item()
+            k += int(had.sum())
     rms = math.sqrt(num / n)
     info.log["update_rms"] = rms
+    info.log["update_rms_seen"] = math.sqrt(seen / max(k, 1))
+    info.log["update_rms_uncorrected"] = math.sqrt(raw / max(k, 1))
     info.log["relative_step"] = info.lr * rms * math.sqrt(n) / math.sqrt(sq)
 
 
@@ -202,7 +213,27 @@ def warmup_stats(runs: dict[str, History]) -> dict:
         "final_val_no_warmup": none.final_val_loss, "final_val_warmup": warm.final_val_loss,
         "max_loss_after_10_no_warmup": float(max(none.loss[10:])),
         "max_loss_after_10_warmup": float(max(warm.loss[10:])),
+        "spike_step_no_warmup": int(none.step[10 + int(np.argmax(none.loss[10:]))]),
+        "spike_step_warmup": int(warm.step[10 + int(np.argmax(warm.loss[10:]))]),
+        "spike_lr_warmup": float(warm.lr[10 + int(np.argmax(warm.loss[10:]))]),
+        "warmup_end": int(np.argmax(warm.lr)),
+        "first_update_rms": float(none.extra["update_rms_seen"][0]),
+        "first_update_rms_uncorrected": float(none.extra["update_rms_uncorrected"][0]),
     }
+
+
+def uncorrected_first_step(beta2: float, beta1: float = BETAS[0]) -> float:
+    """|m/√v| at step 1 without bias correction: (1 − β1)|g| / √((1 − β2) g²)."""
+    return (1 - beta1) / math.sqrt(1 - beta2)
+
+
+def moderate_share(shape: str, steps: int = 100_000) -> float:
+    """Share of a decay's steps spent in the middle half of its range (lr between 25% and 75% of the way from the
+    floor to the peak), computed from labtools.schedules' own functions (no warmup, floor 0)."""
+    f = {"cosine": bind(warmup_cosine, warmup=0, total=steps),
+         "linear": bind(warmup_linear, warmup=0, total=steps)}[shape]
+    lr = np.array([f(s) for s in range(steps)])
+    return float(((lr >= 0.25) & (lr <= 0.75)).mean())
 
 
 # --- 4. WSD: extend the budget without starting over ----------------------------------------------------
@@ -266,12 +297,17 @@ def budget_findings(ledger: Ledger, S: Settings, runs: dict[str, History]) -> st
     if S.decay_margin is not None:
         ledger.add("decay_beats_constant", f"Equal budget ({S.budget} steps): every decaying schedule ends at least "
                    f"{S.decay_margin:g} nats below constant (constant − worst decaying)",
-                   const - max(decaying.values()), at_least(S.decay_margin))
+                   const - max(decaying.values()), at_least(S.decay_margin), kind="measured")
     else:  # at the smoke profile's 250 steps the sign of this difference changes from seed to seed
         ledger.note("decay_gain_over_constant", const - max(decaying.values()))
     ledger.add("decays_agree", "… and cosine, linear and WSD end within 0.05 nats of each other (max − min)",
-               max(decaying.values()) - min(decaying.values()), at_most(0.05))
+               max(decaying.values()) - min(decaying.values()), at_most(0.05), kind="measured")
     ledger.note("budget_final_val", f)
+    mid = {shape: moderate_share(shape) for shape in ("cosine", "linear")}
+    ledger.add("cosine_moderate", "\"Cosine spends more time at moderate learning rates than linear\" is backwards: "
+               "cosine spends 1/3 of its decay in the middle half of the range, linear 1/2 (cosine's share ÷ "
+               "linear's)", mid["cosine"] / mid["linear"], approx(2 / 3, rel=0.01), source="a source article",
+               kind="computed")
     others = ", ".join(f"{n} {v:.3f}" for n, v in decaying.items())
     return (f"Same {S.budget} steps and peak lr {S.peak_lr:g}: constant ends at {const:.3f}; {others}. "
             f"Best: **{best}**. "
@@ -279,20 +315,32 @@ def budget_findings(ledger: Ledger, S: Settings, runs: dict[str, History]) -> st
                "this profile makes no claim about them; the `cpu` profile's longer runs separate them. "
                if S.decay_margin is None else "")
             + "Decaying the learning rate at the end lowers the loss because a smaller step averages out more of the "
-            "gradient noise; the schedule decides *when* that happens.")
+            "gradient noise; the schedule decides *when* that happens. Cosine lingers near the peak and near the "
+            f"floor, not in the middle: {mid['cosine']:.1%} of its decay steps have an lr between 25% and 75% of the "
+            f"way from floor to peak, against {mid['linear']:.1%} for linear (computed) — the opposite of what one "
+            "source article says.")
 
 
 def warmup_findings(ledger: Ledger, S: Settings, runs: dict[str, History]) -> str:
     w = warmup_stats(runs)
     ledger.add("early_steps_large", "Without warmup, Adam's first steps are full-size: update RMS over steps 1–5 ÷ at "
-               "step 50", w["early_update_rms"] / w["update_rms_at_50"], at_least(2.0))
+               "step 50", w["early_update_rms"] / w["update_rms_at_50"], at_least(2.0), kind="measured")
     ledger.add("first_step", "Without warmup the first step changes the weights by several times more (relative to "
                "‖θ‖) than any step with warmup (ratio)",
-               w["first_relative_step_no_warmup"] / w["max_relative_step_warmup"], at_least(3.0))
+               w["first_relative_step_no_warmup"] / w["max_relative_step_warmup"], at_least(3.0), kind="measured")
+    ledger.add("bias_corrected_full", "With bias correction, Adam's first update is exactly full-size, not inflated: "
+               "RMS of m̂/(√v̂+ε) over the entries with a gradient at step 1 (= |g|/(|g|+ε))",
+               w["first_update_rms"], between(0.99, 1.0), source="'√v̂ is artificially small early' (a source article)",
+               kind="measured")
+    beta2 = BETAS[1]
+    ledger.add("uncorrected_small", f"… without it, at the runs' β2 = {beta2} it would be smaller, not larger: "
+               "m/(√v+ε) at step 1 ÷ (1 − β1)/√(1 − β2)",
+               w["first_update_rms_uncorrected"] / uncorrected_first_step(beta2),
+               approx(1.0, rel=0.01), kind="measured")
     gain = w["final_val_no_warmup"] - w["final_val_warmup"]
     if S.warmup_margin is not None:
         ledger.add("warmup_helps", f"At peak lr {S.warmup_lr:g}, warmup ends at least {S.warmup_margin:g} nats lower "
-                   "(val without − with)", gain, at_least(S.warmup_margin))
+                   "(val without − with)", gain, at_least(S.warmup_margin), kind="measured")
     else:  # at the smoke profile's 200 steps the sign of this difference changes from seed to seed
         ledger.note("warmup_final_val_gain", gain)
     ledger.note("warmup", w)
@@ -304,18 +352,32 @@ def warmup_findings(ledger: Ledger, S: Settings, runs: dict[str, History]) -> st
             f"loss: {w['final_val_no_warmup']:.3f} without warmup, {w['final_val_warmup']:.3f} with"
             + (" (runs this short do not settle which ends lower: the sign of the difference changes with the seed, "
                "so this profile makes no claim about it)" if S.warmup_margin is None else "")
-            + f". The largest training loss after step 10: {w['max_loss_after_10_no_warmup']:.2f} without warmup, "
-            f"{w['max_loss_after_10_warmup']:.2f} with.")
+            + f". The largest training loss after step 10: {w['max_loss_after_10_no_warmup']:.2f} without warmup "
+            f"(step {w['spike_step_no_warmup']}), {w['max_loss_after_10_warmup']:.2f} with (step "
+            f"{w['spike_step_warmup']}, lr {w['spike_lr_warmup']:.2g}; warmup ends at step {w['warmup_end']}). "
+            "Warmup does not make a too-high peak lr safe, it only spares the first steps: the warmed-up run still "
+            "meets large steps as its lr climbs, after the loss has already fallen — here its spike was the "
+            + ("larger" if w["max_loss_after_10_warmup"] > w["max_loss_after_10_no_warmup"] else "smaller")
+            + " one.\n\n"
+            "**Why the first steps are full-size.** One source says warmup exists because Adam's √v̂ is "
+            "\"artificially small early\". With bias correction it is not: v̂ is the running mean of g², so at step "
+            f"1 m̂/√v̂ = g/|g| — measured RMS {w['first_update_rms']:.4f} over the entries that had a gradient. Every "
+            "weight moves by the full lr whatever its gradient's size, which is the reason to warm up. Without bias "
+            f"correction the first update would be (1 − β1)/√(1 − β2) = {w['first_update_rms_uncorrected']:.3f} "
+            f"(measured) at β2 = {beta2} — *smaller*; only at β2 = 0.999 would it be larger "
+            f"({uncorrected_first_step(0.999):.2f}, "
+            "computed). The "
+            "artificially small √v is the uncorrected one, which no modern optimizer uses.")
 
 
 def wsd_findings(ledger: Ledger, r: dict) -> str:
     s = wsd_stats(r)
     ledger.add("wsd_short", "WSD branched at the short horizon matches a cosine run of that length (|Δ val| ≤ 0.05)",
-               abs(s["wsd_short"] - s["cosine_short"]), at_most(0.05))
+               abs(s["wsd_short"] - s["cosine_short"]), at_most(0.05), kind="measured")
     ledger.add("wsd_long", "… and at the long horizon (|Δ val| ≤ 0.05)", abs(s["wsd_long"] - s["cosine_long"]),
-               at_most(0.05))
+               at_most(0.05), kind="measured")
     ledger.add("wsd_cheaper", "WSD needs fewer steps for both horizons than two cosine runs (computed from the "
-               "schedules' lengths)", s["wsd_steps"] < s["cosine_steps"], is_true())
+               "schedules' lengths)", s["wsd_steps"] < s["cosine_steps"], is_true(), kind="computed")
     ledger.note("wsd", s)
     return (f"Short horizon ({r['short_h']} steps): WSD {s['wsd_short']:.3f} vs cosine {s['cosine_short']:.3f}. Long "
             f"horizon ({r['long_h']} steps): WSD {s['wsd_long']:.3f} vs cosine {s['cosine_long']:.3f}. Getting both "
