@@ -11,7 +11,7 @@ import torch
 
 from labtools import optim as O
 from labtools import plan, plots
-from labtools.claims import Ledger, approx, at_most, is_true
+from labtools.claims import Ledger, approx, at_least, at_most, is_true
 from labtools.device import pick_device
 from labtools.memory import (architecture, cuda_peak_bytes, estimate, model_state_bytes, saved_activation_bytes)
 from labtools.model import GPT, GPTConfig
@@ -119,9 +119,9 @@ def table_7b() -> tuple[go.Figure, dict]:
 def table_7b_findings(ledger: Ledger, rows: dict) -> str:
     fp32, mixed = rows["fp32 + Adam"].total / GB, rows["bf16 mixed + AdamW"].total / GB
     ledger.add("7b_fp32", "7B, fp32 + Adam: 16 bytes/param = 112 GB (computed)", fp32, approx(112, abs=1e-9),
-               source="seeds")
+               source="seeds", kind="computed")
     ledger.add("7b_mixed", "7B, bf16 mixed + AdamW: also 16 bytes/param = 112 GB (mixed precision saves activations "
-               "and time, not model states; computed)", mixed, approx(112, abs=1e-9), source="seeds")
+               "and time, not model states; computed)", mixed, approx(112, abs=1e-9), source="seeds", kind="computed")
     return f"Computed: fp32 + Adam {fp32:.0f} GB, bf16 mixed + AdamW {mixed:.0f} GB."
 
 
@@ -134,10 +134,11 @@ def table_70b() -> tuple[go.Figure, dict]:
 def table_70b_findings(ledger: Ledger, rows: dict) -> str:
     ddp, fsdp = rows["DDP on 8 GPUs"].total / GB, rows["FSDP FULL_SHARD on 8 GPUs"].total / GB
     ledger.add("70b_fsdp", "70B, FULL_SHARD on 8 GPUs: 140 GB per GPU of model states (computed)", fsdp,
-               approx(140, abs=1e-9), source="seeds")
-    ledger.add("70b_ddp", "70B, DDP on 8 GPUs: every GPU holds all 1120 GB (computed)", ddp, approx(1120, abs=1e-9))
+               approx(140, abs=1e-9), source="seeds", kind="computed")
+    ledger.add("70b_ddp", "70B, DDP on 8 GPUs: every GPU holds all 1120 GB (computed)", ddp, approx(1120, abs=1e-9),
+               kind="computed")
     ledger.add("70b_fits", "… and even sharded, 140 GB does not fit an 80 GB GPU (computed)", fsdp > 80, is_true(),
-               source="seeds state 140 GB/GPU without saying this")
+               source="seeds state 140 GB/GPU without saying this", kind="computed")
     return f"Computed: DDP {ddp:,.0f} GB per GPU, FULL_SHARD {fsdp:,.0f} GB per GPU."
 
 
@@ -162,11 +163,11 @@ def table_zero_findings(ledger: Ledger, rows: dict) -> str:
     for z, want in zip(range(4), (120.0, 31.4, 16.6, 1.9)):
         ledger.add(f"zero_{z}", f"ZeRO paper, Ψ = 7.5B, N = 64: stage {z} = {want} GB per GPU (computed)",
                    round(rows[f"ZeRO-{z}"].total / GB, 1), approx(want, abs=1e-9),
-                   source="Rajbhandari et al. 2020, Fig. 1")
+                   source="Rajbhandari et al. 2020, Fig. 1", kind="computed")
     ledger.add("zero_4x_at_8", "'ZeRO-1 gives 4×' is the N → ∞ limit: at N = 8 it is 16/(4 + 12/8) (computed)",
-               at8[0], approx(16 / 5.5, rel=1e-9), source="seeds: 4× / 8× / N×")
+               at8[0], approx(16 / 5.5, rel=1e-9), source="seeds: 4× / 8× / N×", kind="computed")
     ledger.add("zero_limits", "… and stages 1 and 2 approach 4× and 8× as N grows (N = 4096; computed)",
-               max(abs(at4096[0] - 4) / 4, abs(at4096[1] - 8) / 8), at_most(0.01))
+               max(abs(at4096[0] - 4) / 4, abs(at4096[1] - 8) / 8), at_most(0.01), kind="computed")
     return "Reductions at N = 8 (stages 1, 2, 3): " + ", ".join(f"{r:.2f}×" for r in at8) + "."
 
 
@@ -190,9 +191,77 @@ def conventions_findings(ledger: Ledger, budgets: dict) -> str:
     per_param = [budgets[k].bytes_per_param() for k in ("16", "18", "20")]
     gib = budgets["16"].total / 2**30
     ledger.add("conventions", "16 / 18 / 20 bytes per parameter are three gradient conventions of the same "
-               "mixed-precision Adam (computed)", per_param == [16, 18, 20], is_true(), source="seeds disagree")
-    ledger.add("gib", "112 GB is 104.3 GiB (some tables mix the two; computed)", gib, approx(104.3, abs=0.05))
+               "mixed-precision Adam (computed)", per_param == [16, 18, 20], is_true(), source="seeds disagree",
+               kind="computed")
+    ledger.add("gib", "112 GB is 104.3 GiB (some tables mix the two; computed)", gib, approx(104.3, abs=0.05),
+               kind="computed")
     return f"Computed: {', '.join(f'{b:.0f}' for b in per_param)} bytes/param; 7B at 16 bytes/param = {gib:.1f} GiB."
+
+
+# --- 2b. what the source articles say, settled ---------------------------------------------------------------
+
+def source_claims() -> dict:
+    """Computed budgets behind four statements of the source articles (every number from estimate())."""
+    mixed, fp32 = estimate(7_000_000_000), estimate(7_000_000_000, precision="fp32", optimizer="adam")
+    zero1 = {n: estimate(70_000_000_000, zero_stage=1, dp=n).model_states for n in (8, 32, 64, 1024, 4096)}
+    offload = {}
+    for label, z in (("DDP", 0), ("ZeRO-1", 1), ("ZeRO-2", 2), ("ZeRO-3", 3)):
+        on_gpu = estimate(7_000_000_000, zero_stage=z, dp=8).total
+        offload[label] = {"none": on_gpu,
+                          "optimizer": estimate(7_000_000_000, zero_stage=z, dp=8, offload="optimizer").total}
+    return {"mixed": mixed, "fp32": fp32, "zero1_70b": zero1, "offload_7b_8gpu": offload}
+
+
+def source_claims_figure(c: dict) -> go.Figure:
+    rows = [(k, f"{v['none'] / GB:.2f}", f"{v['optimizer'] / GB:.2f}", f"{v['none'] / v['optimizer']:.2f}×")
+            for k, v in c["offload_7b_8gpu"].items()]
+    return plots.table(("7B on 8 GPUs", "per GPU (GB)", "optimizer + master offloaded (GB)", "GPU memory saved"),
+                       rows, title="CPU offload of the optimizer: how much GPU memory it saves depends on the sharding")
+
+
+def source_claims_findings(ledger: Ledger, c: dict) -> str:
+    mixed, fp32 = c["mixed"], c["fp32"]
+    without_master = mixed.bytes_per_param() * (1 - mixed.parts["master weights"] / mixed.model_states)
+    ledger.add("articles_12_bytes", "'bf16 weights + fp32 optimizer = 12 bytes/param, 0.75× of fp32' leaves out the "
+               "fp32 master copy: with it, mixed-precision AdamW keeps 16 bytes/param, 1.0× fp32 + Adam's (ratio)",
+               mixed.model_states / fp32.model_states, approx(1.0, rel=1e-9), source="a source article (12, 0.75×)",
+               kind="computed")
+    ledger.add("articles_12_is_16_minus_master", "… its 12 is exactly 16 − the 4-byte master copy (bytes/param "
+               "without it)", without_master, approx(12.0, rel=1e-9), kind="computed")
+    fp32_states = (mixed.parts["master weights"] + mixed.parts["optimizer state"]) / GB
+    ledger.add("articles_7b_84", "Another article's 7B breakdown 14 + 14 + 84 + 16 GB is consistent: its 84 GB is "
+               "master + m + v = 12 bytes/param of fp32 state (GB)", fp32_states, approx(84.0, rel=1e-9),
+               source="a source article", kind="computed")
+    z1 = c["zero1_70b"]
+    ledger.add("articles_70b_zero1", "'70B would need 32+ GPUs with ZeRO-1' — no number of GPUs fits: ZeRO-1 keeps "
+               "the whole bf16 weights and gradients on every GPU, ≥ 280 GB (per-GPU model states at N = 4096, GB)",
+               z1[4096] / GB, at_least(280.0), source="a source article", kind="computed")
+    off = c["offload_7b_8gpu"]
+    saved = {k: v["none"] / v["optimizer"] for k, v in off.items()}
+    ledger.add("articles_offload_ddp", "'CPU offloading: 4–8× less GPU memory' holds unsharded: offloading AdamW's "
+               "state and master copy takes DDP from 16 to 4 bytes/param (ratio)", saved["DDP"], approx(4.0, rel=1e-9),
+               source="a source article (4–8×, 20–50% overhead)", kind="computed")
+    ledger.add("articles_offload_zero2", "… but once ZeRO has sharded that state, offloading it saves far less "
+               "(ZeRO-2 on 8 GPUs, ratio)", saved["ZeRO-2"], at_most(2.0), kind="computed")
+    ledger.note("offload_saved", saved)
+    return ("Four statements of the source articles, settled by the same `estimate()`:\n\n"
+            f"* **\"12 bytes/param, 0.75×\"**: bf16 weights (2) + bf16 gradients (2) + fp32 m and v (8) = "
+            f"{without_master:.0f} — but mixed precision also keeps an fp32 master copy (4), so the total is "
+            f"{mixed.bytes_per_param():.0f} bytes/param, exactly fp32 + Adam's {fp32.bytes_per_param():.0f} (ratio "
+            f"{mixed.model_states / fp32.model_states:.2f}, not 0.75). Mixed precision saves activations and time, "
+            "not model states.\n"
+            f"* **7B = 14 + 14 + 84 + 16 GB** (another article) is right: master + m + v come to {fp32_states:.0f} GB "
+            "(computed), 12 bytes/param *including* the master copy — the two articles count the same thing "
+            "differently.\n"
+            f"* **\"70B would need 32+ GPUs with ZeRO-1\"**: ZeRO-1 shards only the optimizer state and master "
+            f"copy; the bf16 weights and gradients (4 bytes/param = 280 GB) stay whole on every GPU. Per GPU: "
+            + ", ".join(f"N = {n}: {v / GB:,.0f} GB" for n, v in z1.items())
+            + " — it never drops under 80 GB. 70B needs ZeRO-3/FSDP (or TP/PP), not more ZeRO-1 GPUs.\n"
+            "* **\"CPU offloading: 4–8× less GPU memory\"**: offloading the optimizer state and master copy saves "
+            + ", ".join(f"{k} {v:.2f}×" for k, v in saved.items())
+            + " on 8 GPUs (table). 4× is the unsharded (or fully sharded) case; 8× needs the gradients offloaded too; "
+            "with ZeRO-1/2 the offloaded state was already divided by N. The \"20–50% overhead\" is a time claim "
+            "about PCIe transfers and a CPU Adam step: it needs a GPU to measure and is not measured here.")
 
 
 # --- 3. validation on real models -------------------------------------------------------------------------------
@@ -256,14 +325,15 @@ def validation_findings(ledger: Ledger, states: list[dict], acts: list[dict]) ->
     exact = sum(r["measured"] == r["predicted"] for r in states)
     worst = max(abs(r["predicted"] - r["measured"]) / r["measured"] for r in acts)
     ledger.add("states_exact", f"Predicted parameter, gradient and optimizer bytes equal measured, exactly "
-               f"({len(states)} model × optimizer pairs; measured from the tensors)", exact == len(states), is_true())
+               f"({len(states)} model × optimizer pairs; measured from the tensors)", exact == len(states), is_true(),
+               kind="measured")
     cpu = pick_device().type == "cpu"
     if cpu:  # fp32 on the CPU: the saved tensors are exactly the ones the formula lists
         ledger.add("acts_exact", "Predicted activation bytes equal measured, exactly (CPU, fp32; saved tensors "
-                   "measured; worst gap)", worst, at_most(0.0))
+                   "measured; worst gap)", worst, at_most(0.0), kind="measured")
     else:  # GPU attention kernels keep their own extra statistics
         ledger.add("acts_10pct", "Predicted activation bytes within 10% of measured (GPU kernels; worst)", worst,
-                   at_most(0.10))
+                   at_most(0.10), kind="measured")
     return (f"Model states: {exact} of {len(states)} model × optimizer pairs predicted to the byte. Activations: "
             f"worst gap {worst:.2%} over {len(acts)} shapes.")
 
@@ -311,7 +381,8 @@ def exercises(ledger: Ledger) -> list[Exercise]:
     ar = ex_allreduce_answers()
     pp = ex_pipeline_answers()
     fits, verdict = ex_layout_check(LAYOUT_SOLUTION)
-    ledger.add("layout", "The 405B layout of the exercise's solution fits 80 GB (computed)", fits, is_true())
+    ledger.add("layout", "The 405B layout of the exercise's solution fits 80 GB (computed)", fits, is_true(),
+               kind="computed")
     ledger.note("layout_solution", verdict)
 
     return [
