@@ -22,10 +22,11 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--ServerApp.allow_root=True)
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=notebooks $(ROOT_FLAG)
 
-# Unit and parity tests, then every notebook executed with PROFILE="smoke" in JupyterLab, driven by a headless
-# Chromium that also moves every panel's controls. This is what CI runs.
+# Unit and parity tests, and beside them every notebook executed with PROFILE="smoke" in JupyterLab, driven by a
+# headless Chromium that also moves every panel's controls (tests/suite.py says how the two share the machine).
+# This is what CI runs. `$(PY) -m pytest` runs the same tests one after the other.
 test: $(STAMP) browser
-	$(PY) -m pytest
+	$(PY) tests/suite.py
 
 # Only the notebooks (smoke profile, in the browser).
 smoke: $(STAMP) browser

@@ -1,10 +1,9 @@
 """Rank processes import torch and the lab's core only: never the notebook's UI stack (seconds per rank)."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 RANK_MODULES = sorted(f"lessons.ranks.{p.stem}" for p in (ROOT / "lessons" / "ranks").glob("*.py")
@@ -17,12 +16,31 @@ def test_there_are_rank_modules():
     assert any(m.startswith("lessons.ranks.") for m in RANK_MODULES)
 
 
-@pytest.mark.parametrize("module", RANK_MODULES)
-def test_a_rank_module_imports_no_ui_package(module):
-    code = (f"import sys, {module}\n"
-            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({UI!r})))")
+def ui_pulled_in(modules: list[str]) -> dict[str, list[str]]:
+    """Import `modules` one after another in one fresh interpreter (torch is imported once, not once per module):
+    the UI packages each import added to sys.modules. The first module that pulls one in is the one named."""
+    code = ("import importlib, json, sys\n"
+            f"ui, seen, out = set({UI!r}), set(), {{}}\n"
+            f"for name in {modules!r}:\n"
+            "    importlib.import_module(name)\n"
+            "    now = {m.split('.')[0] for m in sys.modules} & ui\n"
+            "    out[name] = sorted(now - seen)\n"
+            "    seen |= now\n"
+            "print(json.dumps(out))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    assert out.stdout.strip() == "[]", f"{module} pulls in {out.stdout.strip()}"
+    return json.loads(out.stdout)
+
+
+def test_no_rank_module_imports_a_ui_package():
+    pulled = ui_pulled_in(RANK_MODULES)
+    assert list(pulled) == RANK_MODULES
+    offenders = {m: p for m, p in pulled.items() if p}
+    assert not offenders, f"rank modules that pull in UI packages: {offenders}"
+
+
+def test_the_ui_check_names_the_module_that_pulls_one_in():
+    pulled = ui_pulled_in(["labtools.dist.comm", "lessons.data_parallel"])  # the notebook side of lesson 07
+    assert pulled["labtools.dist.comm"] == [] and "plotly" in pulled["lessons.data_parallel"]
 
 
 def test_the_supervisor_starts_without_torch():

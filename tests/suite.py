@@ -1,0 +1,75 @@
+"""`make test`: the unit tests and the lessons in the browser, side by side.
+
+The browser tests leave most of one core idle (Chromium, the server and a one-thread kernel use ~1.4 of this
+machine's 2 cores), so the unit tests run beside them instead of before them, both at one torch thread (two
+processes of one thread each train faster together than one process of two threads). Lessons 07-10 read the
+loopback interface's byte counters, to which the unit tests' gloo launches would add: the browser test holds
+them back until the unit tests have finished (LABTOOLS_WAIT_FOR, tests/test_browser.py), and runs them last.
+The unit tests run at a lower priority (nice 10): they finish long before the browser tests either way, so the
+CPU they would take from the lessons only lengthens the whole run.
+
+The unit tests' output goes to build/test-units.log and is printed after the browser tests' own. The exit status
+is non-zero if either failed. Ctrl-C or SIGTERM stops both (each pytest tears its fixtures down: no process and no
+run directory is left).
+
+    python tests/suite.py [extra pytest arguments for both]
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "build"
+WAIT_ENV = "LABTOOLS_WAIT_FOR"
+UNITS_NICE = 10  # the browser tests are the longer lane: the unit tests (and their ranks) yield the CPU to them
+
+
+def main(argv: list[str]) -> int:
+    BUILD.mkdir(exist_ok=True)
+    done, log_path = BUILD / "test-units.done", BUILD / "test-units.log"
+    done.unlink(missing_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    pytest = [sys.executable, "-m", "pytest", *argv]
+    with open(log_path, "w") as log:
+        units = subprocess.Popen(pytest + ["-m", "not browser"], cwd=ROOT, env=env, stdout=log,
+                                 stderr=subprocess.STDOUT, preexec_fn=lambda: os.nice(UNITS_NICE))
+
+        def mark_done():
+            units.wait()
+            done.write_text(str(units.returncode))
+
+        waiter = threading.Thread(target=mark_done, daemon=True)
+        waiter.start()
+        browser = subprocess.Popen(pytest + ["-m", "browser"], cwd=ROOT, env=dict(env, **{WAIT_ENV: str(done)}))
+        children = (units, browser)
+
+        def stop(signum, frame):
+            for child in children:
+                if child.poll() is None:
+                    child.send_signal(signal.SIGINT)  # pytest's KeyboardInterrupt: fixtures tear down
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGHUP, stop)
+        try:
+            browser.wait()
+            units.wait()
+        except KeyboardInterrupt:  # the terminal sent SIGINT to the whole group already
+            for child in children:
+                try:
+                    child.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+            raise
+        waiter.join()
+    print(f"\n{'=' * 30} unit tests (build/test-units.log) {'=' * 30}", flush=True)
+    sys.stdout.write(log_path.read_text())
+    print(f"unit tests: exit {units.returncode}; browser tests: exit {browser.returncode}", flush=True)
+    return 0 if units.returncode == browser.returncode == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
