@@ -27,6 +27,7 @@ Failure handling (tests/test_dist.py):
 torchrun's own files go under the run directory, which is removed afterwards (keep_dir=True keeps it).
 """
 
+import atexit
 import dataclasses
 import importlib
 import inspect
@@ -281,7 +282,7 @@ def launch(fn, nprocs: int, config=None, *, backend: str = "auto", timeout_s: fl
     finally:
         bar.close()
         if ok and proc.poll() is None:  # every result is in: let the ranks and torchrun exit in the background
-            threading.Thread(target=_reap, args=(proc, run_dir, log, keep_dir), daemon=True).start()
+            _start_reaping(proc, run_dir, log, keep_dir)
         else:
             if proc.poll() is None or run_pids(run_dir):
                 _terminate(proc, run_dir)
@@ -296,18 +297,45 @@ def _all_results(run_dir: Path, nprocs: int) -> bool:
     return all((run_dir / f"rank{r}.json").exists() for r in range(nprocs))
 
 
-def _reap(proc: subprocess.Popen, run_dir: Path, log, keep_dir: bool, grace_s: float = 30.0) -> None:
+_REAPERS: set[threading.Thread] = set()
+_EXITING = threading.Event()
+
+
+def _reap(proc: subprocess.Popen, run_dir: Path, log, keep_dir: bool, grace_s: float = 30.0,
+          exit_grace_s: float = 5.0) -> None:
     """After a successful run: wait for its processes to exit (teardown), stop them if they do not, clean up.
-    If the launching process exits first, the supervisor's parent-death signal does the same."""
+    If the launching process exits first, _finish_reaping (atexit) lets this finish, with a shorter grace; if it
+    dies (a signal), the supervisor's parent-death signal does the same."""
     try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
-    if proc.poll() is None or run_pids(run_dir):
-        _terminate(proc, run_dir)
-    log.close()
-    if not keep_dir:
-        shutil.rmtree(run_dir, ignore_errors=True)
+        deadline = time.monotonic() + grace_s
+        while proc.poll() is None and time.monotonic() < deadline:
+            if _EXITING.is_set():
+                deadline = min(deadline, time.monotonic() + exit_grace_s)
+            time.sleep(0.05)
+        if proc.poll() is None or run_pids(run_dir):
+            _terminate(proc, run_dir)
+        log.close()
+        if not keep_dir:
+            shutil.rmtree(run_dir, ignore_errors=True)
+    finally:
+        _REAPERS.discard(threading.current_thread())
+
+
+def _start_reaping(*args) -> None:
+    thread = threading.Thread(target=_reap, args=args, daemon=True)
+    _REAPERS.add(thread)
+    thread.start()
+
+
+@atexit.register
+def _finish_reaping(timeout_s: float = 30.0) -> None:
+    """A caller that exits right after a launch: finish the background teardown (which removes the run directory)
+    instead of dying in the middle of it. Without this, a supervisor whose torchrun ended just before the caller
+    exited leaves the directory to a daemon thread that the interpreter stops."""
+    _EXITING.set()
+    deadline = time.monotonic() + timeout_s
+    for thread in list(_REAPERS):
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 # --- processes ------------------------------------------------------------------------------------------------
