@@ -63,7 +63,6 @@ def job(S: Settings, **changes) -> DPJob:
     return DPJob(**(fields | changes))
 
 
-CURVE_WINDOW = 60  # steps over which loss curves are held equal: AdamW amplifies last-bit differences over time
 
 # No overall time limit on a lesson's launch: a valid STEPS may run long (it shows progress), while a hang
 # still ends at the process-group timeout.
@@ -75,7 +74,8 @@ TIMEOUT_S = None
 def run_equivalence(S: Settings, world: int) -> dict:
     """world ranks (gradients, ring, a DDP run), then the same run in this process on the world-times batch."""
     res = launch(ranks.equivalence, world, job(S), desc=f"equivalence × {world}", timeout_s=TIMEOUT_S)
-    return {"ranks": res, "single_losses": ranks.single_process_losses(job(S), world)}
+    return {"ranks": res, "single_losses": ranks.single_process_losses(job(S), world),
+            "reordered_losses": ranks.single_process_losses(job(S), world, micro_batches=world)}
 
 
 def equivalence_table(eq: dict[int, dict]) -> go.Figure:
@@ -83,7 +83,7 @@ def equivalence_table(eq: dict[int, dict]) -> go.Figure:
     for world, e in eq.items():
         res = e["ranks"]
         worst = lambda key: max(r[key] for r in res)  # noqa: E731 - the worst rank
-        curve = max(abs(a - b) for a, b in zip(res[0]["ddp_losses"], e["single_losses"]))
+        curve = max(abs(a - b) for a, b in zip(res[0]["ddp_run"]["losses"], e["single_losses"]))
         rows.append((f"{world} ranks ({res[0]['dist']['backend']}, {res[0]['dist']['device']})",
                      f"{worst('naive_max_diff'):.1e}", f"{worst('ddp_max_diff'):.1e}", f"{worst('ring_max_diff'):.1e}",
                      f"{curve:.1e}"))
@@ -96,7 +96,7 @@ def equivalence_figure(eq: dict[int, dict]) -> go.Figure:
     for i, (world, e) in enumerate(eq.items()):
         fig.add_trace(go.Scatter(y=e["single_losses"], mode="lines", name=f"one process, batch {world}·B",
                                  line=dict(color=plots.color(i), width=4), opacity=0.35))
-        fig.add_trace(go.Scatter(y=e["ranks"][0]["ddp_losses"], mode="lines+markers", name=f"DDP, {world} ranks × B",
+        fig.add_trace(go.Scatter(y=e["ranks"][0]["ddp_run"]["losses"], mode="lines+markers", name=f"DDP, {world} ranks × B",
                                  line=dict(color=plots.color(i), dash="dot"), marker=dict(size=5)))
     return plots.style(fig, "Training loss: DDP on N ranks vs one process on the N-times batch", "step", "loss")
 
@@ -118,16 +118,15 @@ def equivalence_findings(ledger: Ledger, eq: dict[int, dict]) -> str:
         ddp = max(r["ddp_max_diff"] for r in res)
         naive = max(r["naive_max_diff"] for r in res)
         ring = max(r["ring_max_diff"] for r in res)
-        diffs = [abs(a - b) for a, b in zip(r0["ddp_losses"], e["single_losses"])]
-        curve, steps = max(diffs[:CURVE_WINDOW]), min(len(diffs), CURVE_WINDOW)
-        ledger.note(f"curve_{world}_whole_run", max(diffs))
-        ledger.add(f"ddp_{world}", f"{world} ranks × B ≡ one process × {world}B: DDP gradients (max |Δ| over ranks)",
-                   ddp, at_most(1e-6), kind="measured")
-        ledger.add(f"naive_{world}", f"… and the naive all-reduce written out ({world} ranks)", naive, at_most(1e-6),
+        diffs = [abs(a - b) for a, b in zip(r0["ddp_run"]["losses"], e["single_losses"])]
+        reordered = [abs(a - b) for a, b in zip(e["reordered_losses"], e["single_losses"])]
+        along = max(d for r in res for d in r["ddp_run"]["grad_diffs"].values())
+        checked = sorted(int(k) + 1 for k in r0["ddp_run"]["grad_diffs"])  # 1-based, as the figure counts
+        ledger.add(f"trajectory_{world}", f"… and along the DDP run: at steps {', '.join(map(str, checked))}, DDP's "
+                   "gradients equal one process's on the whole batch at the same weights (max |Δ| ÷ the largest gradient entry, "
+                   "worst over ranks and checks; summing instead of averaging would give N − 1)", along, at_most(1e-4),
                    kind="measured")
-        ledger.add(f"curve_{world}", f"Loss curves of DDP ({world} ranks) and one process agree over the first {steps} "
-                   "steps (max |Δ loss|; rounding differs, so longer runs drift apart slowly)", curve, at_most(0.01),
-                   kind="measured")
+        ledger.note(f"curve_{world}", {"ddp_vs_one_process": max(diffs), "reordered_vs_one_process": max(reordered)})
         ledger.add(f"ring_{world}", f"The ring all-reduce written out equals dist.all_reduce ({world} ranks, max |Δ|)",
                    ring, at_most(1e-5), kind="measured")
         ledger.add(f"ring_bytes_{world}", f"The written-out ring hands 2(N−1)/N × the gradient bytes to send (N = "
@@ -152,10 +151,14 @@ def equivalence_findings(ledger: Ledger, eq: dict[int, dict]) -> str:
                      f"process to {ddp:.1e} (DDP) and {naive:.1e} (naive); each rank handed "
                      f"{r0['ring_bytes_sent']:,} bytes to the ring all-reduce of {r0['grad_bytes']:,} bytes of "
                      f"gradients — 2(N−1)/N × that = {r0['ring_bytes_formula']:,.0f} (counted).{measured} "
-                     f"Over the first {steps} steps the loss curves differ by at most "
-                     f"{curve:.1e} ({max(diffs):.1e} over all {len(diffs)}): the all-reduce "
-                     "adds the same numbers in another order, and AdamW amplifies last-bit differences over many "
-                     "steps, as lesson 03 saw.")
+                     f"Along the run, at steps {', '.join(map(str, checked))}, DDP's gradients equal one process's "
+                     f"at the same weights to {along:.1e}. The two loss curves, trained separately, agree to "
+                     f"{diffs[0]:.0e} at the first step and drift apart to {max(diffs):.1e} by step {len(diffs)}: the "
+                     "all-reduce adds the same numbers in another order, and training amplifies last-bit differences "
+                     "(AdamW turns a near-zero gradient's rounding into a step of up to lr). It is not DDP: one "
+                     f"process that accumulates the same {world} blocks of rows (no communication, another order) "
+                     f"drifts from the whole-batch run by {max(reordered):.1e} (measured) — which is why the claim is "
+                     "made on gradients along the trajectory, not on two curves.")
     return " ".join(parts)
 
 

@@ -16,7 +16,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from labtools.dist.comm import DDPCommCounter, WireBytes, ring_all_reduce
-from labtools.dist.toolkit import (GPTJob, accumulate, build_gpt, global_batch, rank_rows, report_progress,
+from labtools.dist.toolkit import (GPTJob, accumulate, build_gpt, global_batch, mean_over_ranks, rank_rows,
+                                   report_progress,
                                    train_step, world_size)
 from labtools.optim import param_groups
 from labtools.plan import collective_bytes
@@ -96,29 +97,51 @@ def equivalence(job: DPJob) -> dict:
             "ring_max_diff": (ring - torch_sum).abs().max().item(), "ring_bytes_sent": sent,
             "ring_bytes_formula": collective_bytes("all_reduce", local.numel() * local.element_size(), N),
             "grad_bytes": grad_bytes,
-            "ddp_allreduce_bytes": ddp_bytes, "ddp_buckets": ddp_buckets, "ddp_losses": _train_ddp(job),
+            "ddp_allreduce_bytes": ddp_bytes, "ddp_buckets": ddp_buckets, "ddp_run": _train_ddp(job),
             "wire": {k: None if v is None else v / WIRE_REPEATS for k, v in wire.items()}}
 
 
-def _train_ddp(job: DPJob) -> list[float]:
-    """job.steps AdamW steps with DDP, each rank on its rows of the same global batches; the global loss per step."""
+TRAJECTORY_CHECKS = 4  # steps of the DDP run at which its gradients are compared with one process's
+
+
+def _train_ddp(job: DPJob) -> dict:
+    """job.steps AdamW steps with DDP, each rank on its rows of the same global batches: the global loss per step,
+    and at TRAJECTORY_CHECKS steps spread over the run the largest difference between DDP's gradient and the
+    gradient one process computes on the whole batch at the same weights, relative to that gradient's largest entry (the equivalence along the trajectory,
+    which rounding cannot make flaky the way comparing two separately trained curves can)."""
     model = DDP(build_gpt(job))
     opt = _adamw(model.module, job)
+    reference = build_gpt(job)
+    check_at = {round(i * (job.steps - 1) / (TRAJECTORY_CHECKS - 1)) for i in range(TRAJECTORY_CHECKS)}
     g = torch.Generator().manual_seed(job.seed + 1)
-    losses = []
+    losses, grad_diffs = [], {}
     for step in range(job.steps):
         X, Y = global_batch(job, g, world_size() * job.batch_size)
-        losses.append(train_step(model, opt, [(rank_rows(X), rank_rows(Y))]))
+        loss = accumulate(model, [(rank_rows(X), rank_rows(Y))])
+        if step in check_at:
+            reference.load_state_dict(model.module.state_dict())
+            reference.zero_grad(set_to_none=True)
+            reference(X, Y)[1].backward()
+            largest = max(g.abs().max().item() for g in _grads(reference))
+            grad_diffs[step] = _max_diff(_grads(model.module), _grads(reference)) / largest
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(mean_over_ranks(loss))
         report_progress(step + 1, job.steps, "DDP")
-    return losses
+    return {"losses": losses, "grad_diffs": grad_diffs}
 
 
-def single_process_losses(job: DPJob, world: int) -> list[float]:
-    """The same steps as _train_ddp in one process on the whole world × batch_size rows (run by the launcher)."""
+def single_process_losses(job: DPJob, world: int, micro_batches: int = 1) -> list[float]:
+    """The same steps as _train_ddp in one process on the whole world × batch_size rows (run by the launcher);
+    with micro_batches = world, accumulated in the blocks the ranks hold: DDP's arithmetic in another order."""
     model = build_gpt(job)
     opt = _adamw(model, job)
     g = torch.Generator().manual_seed(job.seed + 1)
-    return [train_step(model, opt, [global_batch(job, g, world * job.batch_size)]) for _ in range(job.steps)]
+    losses = []
+    for _ in range(job.steps):
+        X, Y = global_batch(job, g, world * job.batch_size)
+        losses.append(train_step(model, opt, list(zip(X.chunk(micro_batches), Y.chunk(micro_batches)))))
+    return losses
 
 
 def accumulation(job: DPJob) -> dict:
