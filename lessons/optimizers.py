@@ -240,8 +240,9 @@ def group_probe(every: int):
 
 def train_run(S: Settings, opt_name: str, lr: float, wd: float, steps: int, *, betas=(0.9, 0.95),
               decay_everything: bool = False, callback=None, desc: str = "", grad_clip: float | None = 1.0,
-              warmup: int | None = None, hooks=None) -> History:
-    """One training run on the small text corpus with warmup + cosine (or just warmup if warmup is given)."""
+              warmup: int | None = None, hooks=None, evals: int = 10) -> History:
+    """One training run on the small text corpus with warmup + cosine (or just warmup if warmup is given), with
+    `evals` validation estimates after the one at step 0 (each costs ten forward passes)."""
     text = corpus(S)
     model = build_model(S, text.vocab_size)
     if hooks is not None:
@@ -255,7 +256,7 @@ def train_run(S: Settings, opt_name: str, lr: float, wd: float, steps: int, *, b
     else:
         schedule = lambda s: min(1.0, (s + 1) / warmup)  # noqa: E731
     cfg = TrainConfig(steps=steps, batch_size=S.batch_size, block_size=S.block_size, lr=lr, lr_schedule=schedule,
-                      eval_every=max(1, steps // 10), seed=S.seed, grad_clip=grad_clip, desc=desc or opt_name)
+                      eval_every=max(1, steps // evals), seed=S.seed, grad_clip=grad_clip, desc=desc or opt_name)
     return train(model, text, cfg, optimizer=optimizer, callback=callback)
 
 
@@ -263,7 +264,7 @@ def compare(S: Settings) -> dict[str, History]:
     """Adam + L2 and AdamW at the same lr and λ, decaying every parameter, with the group probe."""
     every = max(1, S.compare_steps // 30)
     return {name: train_run(S, name, S.compare_lr, S.weight_decay, S.compare_steps, decay_everything=True,
-                            callback=group_probe(every), desc=f"{name} λ={S.weight_decay:g}")
+                            callback=group_probe(every), desc=f"{name} λ={S.weight_decay:g}", evals=5)
             for name in OPTIMIZERS}
 
 
@@ -298,7 +299,7 @@ def landscape(S: Settings) -> dict[tuple, History]:
     cells = [(name, lr, wd) for name in OPTIMIZERS for lr in S.grid_lrs for wd in S.grid_wds]
     out = {}
     for name, lr, wd in progress(cells, desc="landscape"):
-        h = train_run(S, name, lr, wd, S.grid_steps, desc=f"{name} lr={lr:g} λ={wd:g}")
+        h = train_run(S, name, lr, wd, S.grid_steps, desc=f"{name} lr={lr:g} λ={wd:g}", evals=4)  # final val is read
         h.extra = {}
         out[(name, lr, wd)] = h
     return out
