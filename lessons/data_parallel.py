@@ -96,7 +96,8 @@ def equivalence_figure(eq: dict[int, dict]) -> go.Figure:
     for i, (world, e) in enumerate(eq.items()):
         fig.add_trace(go.Scatter(y=e["single_losses"], mode="lines", name=f"one process, batch {world}·B",
                                  line=dict(color=plots.color(i), width=4), opacity=0.35))
-        fig.add_trace(go.Scatter(y=e["ranks"][0]["ddp_run"]["losses"], mode="lines+markers", name=f"DDP, {world} ranks × B",
+        fig.add_trace(go.Scatter(y=e["ranks"][0]["ddp_run"]["losses"], mode="lines+markers",
+                                 name=f"DDP, {world} ranks × B",
                                  line=dict(color=plots.color(i), dash="dot"), marker=dict(size=5)))
     return plots.style(fig, "Training loss: DDP on N ranks vs one process on the N-times batch", "step", "loss")
 
@@ -123,9 +124,9 @@ def equivalence_findings(ledger: Ledger, eq: dict[int, dict]) -> str:
         along = max(d for r in res for d in r["ddp_run"]["grad_diffs"].values())
         checked = sorted(int(k) + 1 for k in r0["ddp_run"]["grad_diffs"])  # 1-based, as the figure counts
         ledger.add(f"trajectory_{world}", f"… and along the DDP run: at steps {', '.join(map(str, checked))}, DDP's "
-                   "gradients equal one process's on the whole batch at the same weights (max |Δ| ÷ the largest gradient entry, "
-                   "worst over ranks and checks; summing instead of averaging would give N − 1)", along, at_most(1e-4),
-                   kind="measured")
+                   "gradients equal one process's on the whole batch at the same weights (max |Δ| ÷ the largest "
+                   "gradient entry, worst over ranks and checks; summing instead of averaging would give N − 1)",
+                   along, at_most(1e-4), kind="measured")
         ledger.note(f"curve_{world}", {"ddp_vs_one_process": max(diffs), "reordered_vs_one_process": max(reordered)})
         ledger.add(f"ring_{world}", f"The ring all-reduce written out equals dist.all_reduce ({world} ranks, max |Δ|)",
                    ring, at_most(1e-5), kind="measured")

@@ -107,8 +107,9 @@ TRAJECTORY_CHECKS = 4  # steps of the DDP run at which its gradients are compare
 def _train_ddp(job: DPJob) -> dict:
     """job.steps AdamW steps with DDP, each rank on its rows of the same global batches: the global loss per step,
     and at TRAJECTORY_CHECKS steps spread over the run the largest difference between DDP's gradient and the
-    gradient one process computes on the whole batch at the same weights, relative to that gradient's largest entry (the equivalence along the trajectory,
-    which rounding cannot make flaky the way comparing two separately trained curves can)."""
+    gradient one process computes on the whole batch at the same weights, relative to that gradient's largest entry
+    (the equivalence along the trajectory, which rounding cannot make flaky the way two separately trained loss
+    curves can)."""
     model = DDP(build_gpt(job))
     opt = _adamw(model.module, job)
     reference = build_gpt(job)
