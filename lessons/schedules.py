@@ -134,10 +134,26 @@ def run(S: Settings, schedule, steps: int, lr: float, *, desc: str, start_step: 
 
 # --- 2. equal budgets --------------------------------------------------------------------------------
 
+_COSINE_RUNS: dict[tuple, History] = {}
+
+
+def cosine_run(S: Settings, total: int, warmup: int) -> History:
+    """Warmup + cosine to 10% at the peak lr over `total` steps, trained once per (settings, total, warmup): section
+    2's cosine run and section 4's cosine baseline at the same length are the same run (with the profiles' budget
+    equal to the horizon), so the second asks for the first's history instead of training it again."""
+    key = (S, total, warmup)
+    if key not in _COSINE_RUNS:
+        _COSINE_RUNS[key] = run(S, bind(warmup_cosine, warmup=warmup, total=total, min_ratio=0.1), total, S.peak_lr,
+                                desc=f"cosine {total}")
+    return _COSINE_RUNS[key]
+
+
 def equal_budget(S: Settings) -> dict[str, History]:
     """The four schedules, same model, data, peak lr and number of steps (10% warmup, floor 10%, WSD 70% stable)."""
     schedules = schedule_set(S.budget, 0.1, 0.1, 0.7 / 0.9, "cosine")
-    return {name: run(S, f, S.budget, S.peak_lr, desc=name) for name, f in schedules.items()}
+    warmup = schedules["cosine"].keywords["warmup"]
+    return {name: cosine_run(S, S.budget, warmup) if name == "cosine" else run(S, f, S.budget, S.peak_lr, desc=name)
+            for name, f in schedules.items()}
 
 
 def finals_figure(runs: dict[str, History], title: str) -> go.Figure:
@@ -261,8 +277,7 @@ def wsd_extension(S: Settings) -> dict:
                 model=branch_model, optimizer=branch_opt)
     long_ = run(S, sched[long_h], long_h - branch_at, S.peak_lr, desc="WSD on to long", start_step=branch_at,
                 model=model, optimizer=opt)
-    cosine = {h: run(S, bind(warmup_cosine, warmup=warmup, total=h, min_ratio=0.1), h, S.peak_lr,
-                     desc=f"cosine {h}") for h in (short_h, long_h)}
+    cosine = {h: cosine_run(S, h, warmup) for h in (short_h, long_h)}
     return {"short_h": short_h, "long_h": long_h, "trunk": trunk, "short": short, "long": long_, "cosine": cosine,
             "wsd_steps": long_h + d_short, "cosine_steps": short_h + long_h}
 
