@@ -443,7 +443,7 @@ def beta2_runs(S: Settings, surge: bool) -> dict[float, History]:
                 scale[0] = S.surge_factor
 
         runs[beta2] = train_run(S, "AdamW", S.beta2_lr, 0.1, S.beta2_steps, betas=(0.9, beta2), callback=callback,
-                                grad_clip=None, warmup=50, hooks=hooks,
+                                grad_clip=None, warmup=50, hooks=hooks, evals=10 if surge else 2,  # (natural: final)
                                 desc=f"β2={beta2}{' surge' if surge else ''}")
     return runs
 
