@@ -95,7 +95,7 @@ class Claim:
     expected: str
     passed: bool
     source: str = ""
-    kind: str = "measured"
+    kind: str = ""  # one of KINDS; Ledger.add requires it, so no claim is "measured" by default
 
 
 @dataclass

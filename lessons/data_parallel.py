@@ -63,7 +63,6 @@ def job(S: Settings, **changes) -> DPJob:
     return DPJob(**(fields | changes))
 
 
-
 # No overall time limit on a lesson's launch: a valid STEPS may run long (it shows progress), while a hang
 # still ends at the process-group timeout.
 TIMEOUT_S = None

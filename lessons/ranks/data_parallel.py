@@ -17,8 +17,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from labtools.dist.comm import DDPCommCounter, WireBytes, ring_all_reduce
 from labtools.dist.toolkit import (GPTJob, accumulate, build_gpt, global_batch, mean_over_ranks, rank_rows,
-                                   report_progress,
-                                   train_step, world_size)
+                                   report_progress, train_step, world_size)
 from labtools.optim import param_groups
 from labtools.plan import collective_bytes
 
@@ -123,7 +122,7 @@ def _train_ddp(job: DPJob) -> dict:
             reference.load_state_dict(model.module.state_dict())
             reference.zero_grad(set_to_none=True)
             reference(X, Y)[1].backward()
-            largest = max(g.abs().max().item() for g in _grads(reference))
+            largest = max(t.abs().max().item() for t in _grads(reference))
             grad_diffs[step] = _max_diff(_grads(model.module), _grads(reference)) / largest
         opt.step()
         opt.zero_grad(set_to_none=True)
