@@ -14,10 +14,14 @@ new one was read back and verified, so at least one good checkpoint exists at ev
 `load()` checks the manifest's hashes *before* unpickling, so a truncated or altered file is refused without
 being parsed, and unpickles with `weights_only=True`: tensors, numbers, strings, lists and dicts only — a
 checkpoint from elsewhere cannot run code. Introduced in notebooks/11_fault_tolerance.ipynb.
+
+Also here: save_checkpoint/load_checkpoint (model, optimizer and step in one file; lesson 02), and how often to
+save — waste(interval, save time, MTBF) and Young's interval √(2·δ·MTBF) (lesson 11).
 """
 
 import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -259,3 +263,33 @@ def digest(state: dict) -> str:
             h.update(f"{prefix}={value!r}".encode())
     walk("", state)
     return h.hexdigest()
+
+
+# --- the simplest checkpoint: model, optimizer and step (lesson 02's WSD branch) --------------------------------
+
+def save_checkpoint(path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
+    """Model and optimizer state plus the step, as plain tensors and numbers (loadable with weights_only)."""
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, path)
+
+
+def load_checkpoint(path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> int:
+    """Restore what save_checkpoint wrote and return its step. weights_only=True: a checkpoint is data,
+    never code, so a file from elsewhere cannot run anything when loaded."""
+    ckpt = torch.load(path, map_location=next(model.parameters()).device, weights_only=True)
+    model.load_state_dict(ckpt["model"])
+    if optimizer is not None:
+        optimizer.load_state_dict(ckpt["optimizer"])
+    return ckpt["step"]
+
+
+# --- how often to save (notebook 11) -----------------------------------------------------------------------
+
+def waste(interval_s: float, save_s: float, mtbf_s: float, restart_s: float = 0.0) -> dict:
+    """First-order expected waste per unit of time (Young 1974): saving (δ/τ), work lost since the last save
+    (τ/2 per failure) and the restart, per failure (÷ MTBF). Fractions of the run's time."""
+    return {"saving": save_s / interval_s, "lost work": interval_s / 2 / mtbf_s, "restart": restart_s / mtbf_s}
+
+
+def young_interval(save_s: float, mtbf_s: float) -> float:
+    """The interval that minimises waste(): √(2·δ·MTBF)."""
+    return math.sqrt(2 * save_s * mtbf_s)

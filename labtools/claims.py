@@ -9,6 +9,9 @@
 MIME type `application/vnd.labtools.claims+json`, so an executed notebook carries it and
 tests/test_notebooks.py can assert that every claim passed.
 
+A section's `findings(ledger, results)` records its claims and returns `Findings`: short result statements,
+result first, shown as markdown bullets (a str, so `display(Markdown(findings))` shows it as well).
+
 Every claim says what kind of number it holds (`KINDS`): one read from the run, one counted where a call was
 made, or one worked out from a formula or published figures. The table shows it beside the number.
 """
@@ -159,6 +162,21 @@ class Ledger:
 
     def _repr_html_(self) -> str:
         return self.to_html()
+
+
+class Findings(str):
+    """A section's results as markdown bullets: one statement each, result first (`.statements` keeps them)."""
+
+    statements: tuple[str, ...]
+
+    def __new__(cls, statements):
+        items = tuple(s.strip() for s in statements if s and s.strip())
+        obj = super().__new__(cls, "\n".join(f"- {s}" for s in items))
+        obj.statements = items
+        return obj
+
+    def _repr_markdown_(self) -> str:
+        return str(self)
 
 
 def read_ledgers(notebook: dict) -> list[dict]:

@@ -5,7 +5,7 @@ Multitask Learners"): LayerNorm before each sub-block, causal self-attention, a 
 of width 4C, a final LayerNorm, and an output projection tied to the token embedding.
 Attention uses F.scaled_dot_product_attention, which picks a fused kernel where one exists.
 
-This file knows nothing about distribution; labtools/dist wraps a model from the outside.
+This file knows nothing about distribution; labtools/parallel wraps a model from the outside.
 Introduced in notebooks/00_training_loop.ipynb.
 """
 

@@ -19,8 +19,42 @@ rank s mod p. Introduced in notebooks/09_pipeline_parallel.ipynb.
 """
 
 from dataclasses import dataclass
+from enum import Enum
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+
+class Schedule(str, Enum):
+    """Every pipeline schedule the lab names, defined once: the planner here, the stages in labtools.parallel.pipeline,
+    the lessons' ranks and panels all use these. A str, so a schedule travels to ranks (and back) as its value."""
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved"                # Interleaved1F1B: v chunks of layers per rank
+    ZERO_BUBBLE = "zero-bubble"                # torch's InterleavedZeroBubble (backward split in input and weight)
+    ZBV = "zbv"                                # torch's ZBVZeroBubble: two chunks per rank in a V
+    WRITTEN_OUT_GPIPE = "written-out gpipe"    # GPipe over send/recv, written out for learning
+    WRITTEN_OUT_1F1B = "written-out 1f1b"      # 1F1B over send/recv, written out for learning
+
+    @property
+    def chunked(self) -> bool:
+        """Runs v > 1 chunks of layers per rank."""
+        return self in (Schedule.INTERLEAVED, Schedule.ZERO_BUBBLE, Schedule.ZBV)
+
+    @property
+    def written_out(self) -> bool:
+        return self.value.startswith("written-out")
+
+    @property
+    def order(self) -> "Schedule":
+        """The schedule whose order of actions this one runs (a written-out one runs its namesake's)."""
+        return Schedule(self.value.split()[-1])
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __hash__(self) -> int:  # as its value: a dict keyed by schedules also answers to the plain string
+        return hash(self.value)
+
+
+SCHEDULES = (Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)  # what schedule_order() writes out
 
 
 @dataclass(frozen=True)
@@ -33,11 +67,11 @@ class Action:
 def check_schedule(schedule: str, p: int, m: int, v: int = 1) -> None:
     """ValueError naming what is wrong: the schedule, p ≥ 2, m ≥ 1, v ≥ 1 (v > 1 only interleaved, m % p == 0)."""
     if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+        raise ValueError(f"schedule must be one of {tuple(str(s) for s in SCHEDULES)}, got {schedule!r}")
     for name, value, lo in (("p (stages)", p, 2), ("m (micro-batches)", m, 1), ("v (chunks per rank)", v, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or value < lo:
             raise ValueError(f"{name} must be an int >= {lo}, got {value!r}")
-    if schedule == "interleaved":
+    if schedule == Schedule.INTERLEAVED:
         if v < 2:
             raise ValueError(f"the interleaved schedule needs v >= 2 chunks per rank, got v = {v}")
         if m % p:
@@ -49,9 +83,9 @@ def check_schedule(schedule: str, p: int, m: int, v: int = 1) -> None:
 def schedule_order(schedule: str, p: int, m: int, v: int = 1) -> list[list[Action]]:
     """Each rank's actions, in the order it runs them."""
     check_schedule(schedule, p, m, v)
-    if schedule == "gpipe":
+    if schedule == Schedule.GPIPE:
         return [[Action("F", i, r) for i in range(m)] + [Action("B", i, r) for i in range(m)] for r in range(p)]
-    if schedule == "1f1b":
+    if schedule == Schedule.ONE_F_ONE_B:
         out = []
         for r in range(p):
             warmup = min(m, p - r)

@@ -6,10 +6,12 @@ Pure functions of numbers — no torch.distributed, nothing measured here. Every
     bubble_fraction(p, m, v=1)          idle share of a synchronous pipeline: (p−1)/(v·m + p−1)
     collective_bytes(kind, M, N)        bytes each rank sends in a ring collective over M bytes
     collective_time(kind, M, N, β, α)   α-β model: α per ring step + bytes / β
-    MODELS, memory_per_gpu(...)         published model shapes and their memory per GPU (labtools.memory)
+    MODELS, memory_per_gpu(...)         published model shapes and their memory per GPU (labtools.budget)
     layouts(world, model), check_layout  every dp × tp × pp that fits the model's shape, with reasons
     step_time, rank_layouts, CLUSTERS      the 3-D planner: memory and time per step of a layout, ranked
-    flops_per_token, training_days        6N (8N with recomputation) per token; Narayanan et al.'s 8TP/(nX)
+    tensor_parallel_bytes(...)          bytes a rank sends per forward + backward under tensor parallelism
+
+The FLOPs, days and cost of a whole run are in labtools.compute.
 
 Used by notebooks/06_memory_budget.ipynb; the pipeline, tensor-parallel and compute lessons build on it.
 """
@@ -17,7 +19,8 @@ Used by notebooks/06_memory_budget.ipynb; the pipeline, tensor-parallel and comp
 import math
 from dataclasses import dataclass
 
-from labtools.memory import MemoryBudget, architecture, estimate
+from labtools.budget import MemoryBudget, architecture, estimate
+from labtools.compute import flops_per_token
 
 # --- pipelines -------------------------------------------------------------------------------------------------
 
@@ -81,6 +84,15 @@ def collective_time(kind: str, n_bytes: float, world: int, bandwidth: float, lat
     return collective_steps(kind, world) * latency + collective_bytes(kind, n_bytes, world) / bandwidth
 
 
+def tensor_parallel_bytes(n_layer: int, batch: int, seq: int, n_embd: int, t: int, sequence_parallel: bool,
+                          bytes_per_element: int = 4) -> float:
+    """Bytes each rank sends for one forward + backward, ring algorithms: per layer 4 all-reduces of b·s·h
+    (2(t−1)/t each), or with sequence parallelism 4 all-gathers and 4 reduce-scatters ((t−1)/t each), the same
+    8(t−1)/t·b·s·h per layer; sequence parallelism adds the gather before the final LayerNorm and its backward."""
+    bsh = batch * seq * n_embd * bytes_per_element
+    return n_layer * 8 * (t - 1) / t * bsh + (2 * (t - 1) / t * bsh if sequence_parallel else 0)
+
+
 # --- models and layouts --------------------------------------------------------------------------------------
 
 
@@ -96,7 +108,7 @@ class ModelShape:
 
 
 # Published sizes with depth, width, heads, vocabulary and training context. Activations are computed for a
-# GPT-2-style block of the same depth and width (labtools.memory.architecture).
+# GPT-2-style block of the same depth and width (labtools.budget.architecture).
 MODELS = {
     "GPT-2 124M": ModelShape(n_layer=12, n_embd=768, n_head=12, vocab=50257, seq=1024),
     "7B": ModelShape(n_layer=32, n_embd=4096, n_head=32, vocab=32000, seq=4096, n_params=7_000_000_000),
@@ -144,7 +156,7 @@ def memory_per_gpu(model: ModelShape, layout: Layout = Layout(1, 1, 1), *, preci
                    optimizer: str = "adamw", zero_stage: int | str = 0, offload: str | None = None,
                    micro_batch: int = 1, seq: int | None = None, checkpoint: str = "none",
                    grads: str = "param") -> MemoryBudget:
-    """Model states from labtools.memory.estimate, activations from the architecture, per GPU.
+    """Model states from labtools.budget.estimate, activations from the architecture, per GPU.
 
     Activations: one micro-batch through the stage's layers, divided by tp (tensor + sequence parallel split
     them). A 1F1B pipeline's first stage holds pp micro-batches of its ⌈L/pp⌉ layers — about L layers' worth:
@@ -206,25 +218,6 @@ CLUSTERS = {
     "A100 80GB, NVLink 3, HDR 200 Gb/s": Cluster(8, 80e9, 312e12, 300e9, 25e9),
     "H100 80GB, NVLink 4, NDR 400 Gb/s": Cluster(8, 80e9, 989e12, 450e9, 50e9),
 }
-
-
-def flops_per_token(model: ModelShape, recompute: bool = False) -> float:
-    """Training FLOPs per token: 6N for the matrix products of forward (2N) and backward (4N) (Kaplan et al. 2020),
-    plus attention's own products 12·L·s·h, the causal mask's skipped half included (PaLM, Chowdhery et al. 2022,
-    appendix B; Kaplan et al.'s C_forward adds 2·L·s·h, 6·L·s·h for training); with full recomputation one more
-    forward: 8N + 16Lsh. Lesson 12 checks the formula against torch's FLOP counter."""
-    n = model.n_params or architecture(model.n_layer, model.n_embd, model.n_head, model.vocab, model.seq, 1).n_params
-    attention = 12 * model.n_layer * model.seq * model.n_embd
-    return (8 * n + 16 / 12 * attention) if recompute else (6 * n + attention)
-
-
-def training_days(n_params: float, tokens: float, gpus: int, flops_per_gpu: float, recompute: bool = True) -> float:
-    """Narayanan et al. 2021, eq. 4: time ≈ 8·T·P / (n·X) with activation recomputation (6·T·P without), in days;
-    X is the FLOP/s each GPU achieves end to end."""
-    for name, value in (("n_params", n_params), ("tokens", tokens), ("gpus", gpus), ("flops_per_gpu", flops_per_gpu)):
-        if not value > 0:
-            raise ValueError(f"{name} must be > 0, got {value!r}")
-    return (8 if recompute else 6) * tokens * n_params / (gpus * flops_per_gpu) / 86400
 
 
 @dataclass(frozen=True)
@@ -302,68 +295,3 @@ def rank_layouts(model: ModelShape, cluster: Cluster, world: int, global_batch: 
         except ValueError:
             continue  # the batch does not split over this dp (or interleaving over this pp)
     return sorted(out, key=lambda e: (not e.fits, e.step_s))
-
-
-# --- the compute budget: FLOPs, time and cost of a training run ------------------------------------------------
-
-
-def _positive(**values) -> None:
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-
-
-def training_flops(n_params: float, tokens: float, *, n_layer: int = 0, seq: int = 0, n_embd: int = 0) -> float:
-    """FLOPs to train n_params on `tokens` tokens: 6·N per token (Kaplan et al. 2020: 2N forward, 4N backward),
-    plus attention's score and value products, 12·L·T·d per token, when the shape is given (PaLM's appendix B;
-    the causal mask's skipped half is counted, as FLOP counters and MFU conventions do). N counts the weights
-    that multiply activations: lesson 12 measures which parameters those are."""
-    _positive(n_params=n_params, tokens=tokens)
-    for name, value in (("n_layer", n_layer), ("seq", seq), ("n_embd", n_embd)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-    return (6 * n_params + 12 * n_layer * seq * n_embd) * tokens
-
-
-def training_seconds(flops: float, gpus: int, peak_flops: float, mfu: float) -> float:
-    """Wall time of a run of `flops` FLOPs on `gpus` GPUs of `peak_flops` FLOP/s each (dense bf16, the vendor's
-    figure) at model FLOPs utilisation `mfu` (PaLM's MFU: the model's FLOPs per second ÷ the peak; recomputation
-    and any other redundant work is not counted, so it lowers MFU)."""
-    _positive(flops=flops, peak_flops=peak_flops)
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-        raise ValueError(f"gpus must be an int >= 1, got {gpus!r}")
-    if isinstance(mfu, bool) or not isinstance(mfu, (int, float)) or not 0 < mfu <= 1:
-        raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
-    return flops / (gpus * peak_flops * mfu)
-
-
-def training_cost(seconds: float, gpus: int, dollars_per_gpu_hour: float) -> float:
-    """Dollars for `gpus` GPUs rented for `seconds`."""
-    _positive(seconds=seconds, dollars_per_gpu_hour=dollars_per_gpu_hour)
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-        raise ValueError(f"gpus must be an int >= 1, got {gpus!r}")
-    return seconds / 3600 * gpus * dollars_per_gpu_hour
-
-
-@dataclass(frozen=True)
-class PublishedRun:
-    """A training run as its authors reported it."""
-    n_params: float
-    tokens: float
-    flops: float           # as published
-    gpus: int
-    peak_flops: float      # per GPU, dense bf16 (vendor figure)
-    source: str
-    achieved_flops: float | None = None  # per GPU, as published (hardware FLOPs, recomputation included)
-    days: float | None = None            # as published
-
-
-PUBLISHED = {
-    # Brown et al. 2020, table D.1: 3.14e23 FLOPs. Narayanan et al. 2021, section 5.1: on 1024 A100s at 140
-    # teraFLOP/s each (with activation recomputation), "about 34 days".
-    "GPT-3 175B": PublishedRun(175e9, 300e9, 3.14e23, 1024, 312e12, "Brown et al. 2020; Narayanan et al. 2021",
-                               achieved_flops=140e12, days=34),
-    # Llama 3 (Dubey et al. 2024), section 3.2.1: 3.8e25 FLOPs for 405B parameters on 15.6T tokens; up to 16,384
-    # H100s at 38-43% MFU (section 3.3.2, table 4).
-    "Llama 3 405B": PublishedRun(405e9, 15.6e12, 3.8e25, 16384, 989e12, "Dubey et al. 2024"),
-}

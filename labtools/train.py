@@ -294,18 +294,3 @@ def _resume(path: Path, cfg: TrainConfig, model, optimizer, scaler, g: torch.Gen
     for f in dataclasses.fields(History):
         setattr(hist, f.name, getattr(saved, f.name))
     return step
-
-
-def save_checkpoint(path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
-    """Model and optimizer state plus the step, as plain tensors and numbers (loadable with weights_only)."""
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, path)
-
-
-def load_checkpoint(path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> int:
-    """Restore what save_checkpoint wrote and return its step. weights_only=True: a checkpoint is data,
-    never code, so a file from elsewhere cannot run anything when loaded."""
-    ckpt = torch.load(path, map_location=next(model.parameters()).device, weights_only=True)
-    model.load_state_dict(ckpt["model"])
-    if optimizer is not None:
-        optimizer.load_state_dict(ckpt["optimizer"])
-    return ckpt["step"]

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from labtools.dist.launcher import RUN_ROOT_ENV
+from labtools.parallel.launcher import RUN_ROOT_ENV
 
 
 @pytest.fixture(scope="session", autouse=True)

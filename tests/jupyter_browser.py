@@ -247,10 +247,10 @@ def close_notebook(page, lab: JupyterLab, notebook: str, settle_s: float = 15) -
     First it waits (up to settle_s) for the kernel's launches to finish tearing down: a launch returns its
     results while torchrun and the ranks still exit in the background, and ipykernel's shutdown kills its whole
     process tree, supervisor included, before the run directory is removed (seen with lesson 07's panel)."""
-    from labtools.dist.launcher import RUN_ROOT_ENV
+    from labtools.parallel.launcher import RUN_ROOT_ENV
     root = os.environ.get(RUN_ROOT_ENV)
     deadline = time.monotonic() + settle_s
-    while root and list(Path(root).glob("labtools-dist-*")) and time.monotonic() < deadline:
+    while root and list(Path(root).glob("labtools-run-*")) and time.monotonic() < deadline:
         time.sleep(0.2)
     try:
         page.locator(".lm-TabBar-tab.jp-mod-current .lm-TabBar-tabCloseIcon").first.click(timeout=5_000)

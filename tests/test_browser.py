@@ -19,9 +19,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
 from jupyter_browser import (KERNELSPEC, Browser, JupyterLab, cell_errors, close_notebook, leftovers, move_and_watch,
                              open_notebook, page_problems, panels, run_all, save, smoke_copy)
+
 from labtools.claims import KINDS, read_ledgers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,7 +48,7 @@ def lab(tmp_path_factory, session_run_root):
         yield server, browser.new_page()  # one page: each lesson opens from the file browser, as a reader's would
     left = leftovers(marker)
     assert not left, "processes left after JupyterLab and Chromium were stopped:\n" + "\n".join(left)
-    dirs = [p.name for p in session_run_root.glob("labtools-dist-*")]
+    dirs = [p.name for p in session_run_root.glob("labtools-run-*")]
     assert not dirs, f"the lessons' launches left run directories behind: {dirs}"
 
 

@@ -42,7 +42,7 @@ def test_saving_a_step_again_replaces_it_whole(tmp_path):
 
 @pytest.mark.parametrize("how, reason", [("truncate", "truncated"), ("flip", "sha256")])
 def test_a_damaged_file_is_refused_without_unpickling(tmp_path, monkeypatch, how, reason):
-    from lessons.fault_tolerance import corrupt
+    from lessons.fault_tolerance.crashes import corrupt
     checkpoint.save(tmp_path, 1, **state(1))
     path = checkpoint.save(tmp_path, 2, **state(2))
     corrupt(path / checkpoint.STATE, how)
@@ -105,7 +105,7 @@ def test_rng_state_roundtrip_through_a_checkpoint(tmp_path):
 # --- killed in the middle of a save (real SIGKILLs of a child process) ------------------------------------------------
 
 def test_twenty_four_kills_at_random_moments_never_break_latest(tmp_path):
-    from lessons.fault_tolerance import kill_saver, save_seconds
+    from lessons.fault_tolerance.crashes import kill_saver, save_seconds
     numel = 2 * 2**20
     save_s = save_seconds(numel, tmp_path / "timing")
     rng = np.random.default_rng(0)
@@ -125,7 +125,7 @@ def test_twenty_four_kills_at_random_moments_never_break_latest(tmp_path):
 
 
 def test_the_in_place_save_killed_mid_write_is_lost_and_the_atomic_one_is_not(tmp_path):
-    from lessons.fault_tolerance import kill_saver
+    from lessons.fault_tolerance.crashes import kill_saver
     left = kill_saver(tmp_path / "in_place", 2**20, in_place=True, delay_s=None)
     assert left["bytes_on_disk"] < left["bytes_expected"]
     with pytest.raises(Exception):
@@ -138,7 +138,7 @@ def test_the_in_place_save_killed_mid_write_is_lost_and_the_atomic_one_is_not(tm
 
 
 def test_weights_only_refuses_a_pickle_that_calls_a_function(tmp_path, capsys):
-    from lessons.fault_tolerance import pickle_with_code
+    from lessons.fault_tolerance.security import pickle_with_code
     path = pickle_with_code(tmp_path / "x.pt")
     with pytest.raises(pickle.UnpicklingError):
         torch.load(path, weights_only=True)
@@ -177,9 +177,10 @@ def test_an_interrupted_run_resumes_bitwise(tmp_path):
 def test_without_the_rng_and_data_position_the_run_differs(tmp_path):
     """The article's recipe (model, optimizer, step): a different run — the test above could fail."""
     from lessons import fault_tolerance as lesson
+    from lessons.fault_tolerance import resume
     S = lesson.settings("smoke", steps=20, every=5, stop_at=12)
-    r = lesson.run_resume(S, tmp_path)
-    stats = lesson.resume_stats(S, r)
+    r = resume.run(S, tmp_path)
+    stats = resume.resume_stats(S, r)
     assert stats["lab_params_equal"] and stats["lab_losses_equal"]
     assert stats["article_param_diff"] > 1e-4 and stats["redone"] == 2
 
@@ -208,3 +209,16 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path):
 def test_train_config_checkpoint_fields_are_validated(kw, match):
     with pytest.raises(ValueError, match=match):
         cfg(**kw)
+
+
+def test_youngs_interval_minimises_the_first_order_waste():
+    """Young (1974): waste = δ/τ (saving) + τ/(2·MTBF) (lost work); its minimum is at τ* = √(2·δ·MTBF). Worked by hand
+    for δ = 60 s, MTBF = 6 h: τ* = √(2·60·21600) = 1609.97 s, where the two parts are equal (3.73% each)."""
+    save_s, mtbf_s = 60.0, 6 * 3600.0
+    tau = checkpoint.young_interval(save_s, mtbf_s)
+    assert tau == pytest.approx(1609.9689, rel=1e-6)
+    w = checkpoint.waste(tau, save_s, mtbf_s, restart_s=300.0)
+    assert w["saving"] == pytest.approx(w["lost work"]) == pytest.approx(0.037268, rel=1e-4)
+    assert w["restart"] == pytest.approx(300 / mtbf_s)
+    total = lambda t: sum(checkpoint.waste(t, save_s, mtbf_s).values())  # noqa: E731
+    assert total(tau) < min(total(0.9 * tau), total(1.1 * tau))

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from labtools.dist import RankFailed, launch
-from labtools.dist import checks
-from labtools.dist.checks import Fault
+from labtools.parallel import RankFailed, checks, launch
+from labtools.parallel.checks import Fault
 
 
 def processes_under(root: Path) -> list[str]:
@@ -47,9 +46,9 @@ def no_orphans(session_run_root):
     yield
     assert wait_gone(session_run_root) == [], "a launch left processes behind"
     deadline = time.monotonic() + 5  # a successful launch removes its directory once its processes exited
-    while list(session_run_root.glob("labtools-dist-*")) and time.monotonic() < deadline:
+    while list(session_run_root.glob("labtools-run-*")) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert list(session_run_root.glob("labtools-dist-*")) == [], "a launch left its run directory behind"
+    assert list(session_run_root.glob("labtools-run-*")) == [], "a launch left its run directory behind"
 
 
 def test_results_come_back_in_rank_order_with_backend():
@@ -113,8 +112,8 @@ def test_keyboard_interrupt_stops_every_process():
 CALLER = """
 import signal, sys
 signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as in a terminal, even when the tests run under nohup
-from labtools.dist import launch
-from labtools.dist.checks import Fault, slow
+from labtools.parallel import launch
+from labtools.parallel.checks import Fault, slow
 launch(slow, 2, Fault(steps=600, step_s=0.1), show_progress=False)
 """
 
@@ -128,7 +127,7 @@ def test_the_callers_death_leaves_nothing_behind(sig, tmp_path):
     caller = subprocess.Popen([sys.executable, "-c", CALLER], env=env)
     try:
         deadline = time.monotonic() + 60
-        while len(list(root.glob("labtools-dist-*/pids/*.pid"))) < 2:  # both ranks are running
+        while len(list(root.glob("labtools-run-*/pids/*.pid"))) < 2:  # both ranks are running
             assert caller.poll() is None and time.monotonic() < deadline, "the run did not start"
             time.sleep(0.1)
         assert len(processes_under(root)) >= 4  # supervisor, torchrun, two ranks
@@ -147,7 +146,7 @@ def test_a_caller_exiting_right_after_a_launch_leaves_nothing_behind(tmp_path):
     supervisor, losing its parent, stops what is left and removes the run directory."""
     root = tmp_path / "runs"
     root.mkdir()
-    code = "from labtools.dist import launch, checks; print(len(launch(checks.hello, 2, show_progress=False)))"
+    code = "from labtools.parallel import launch, checks; print(len(launch(checks.hello, 2, show_progress=False)))"
     out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, LABTOOLS_RUN_ROOT=str(root)),
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "2", out.stderr[-2000:]
@@ -165,7 +164,7 @@ def test_a_launch_leaves_no_temp_directories(tmp_path):
     assert wait_gone(Path(os.environ["LABTOOLS_RUN_ROOT"])) == []
     time.sleep(0.5)
     new = [p.name for p in set(Path(tempfile.gettempdir()).iterdir()) - before
-           if p.name.startswith(("torchelastic_", "labtools-dist-"))]
+           if p.name.startswith(("torchelastic_", "labtools-run-"))]
     assert new == []
 
 
@@ -218,15 +217,16 @@ def test_bad_input_is_rejected_before_any_process_starts(args, kwargs, match, mo
 
 
 def test_targets_outside_the_lab_need_an_explicit_allowance(monkeypatch):
-    from labtools.dist.launcher import _resolve_name
+    from labtools.parallel.targets import resolve_target
     with pytest.raises(ValueError, match="outside the lab's packages"):
-        _resolve_name("json:dumps")
+        resolve_target("json:dumps")
     monkeypatch.setenv("LABTOOLS_ALLOW_TARGETS", "json")
-    assert _resolve_name("json:dumps")[1] is json.dumps
+    assert resolve_target("json:dumps")[1] is json.dumps
 
 
 def run_cli(*args, check=True):
-    return subprocess.run([sys.executable, "-m", "labtools.dist", *args], capture_output=True, text=True, check=check)
+    return subprocess.run([sys.executable, "-m", "labtools.parallel", *args], capture_output=True, text=True,
+                          check=check)
 
 
 def test_the_readme_multi_node_commands_on_one_node(tmp_path):
@@ -236,18 +236,19 @@ def test_the_readme_multi_node_commands_on_one_node(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     run = tmp_path / "run"
-    job = run_cli("make-job", "labtools.dist.checks:hello", "--run-dir", str(run), "--backend", "gloo").stdout.strip()
+    job = run_cli("make-job", "labtools.parallel.checks:hello", "--run-dir", str(run),
+                  "--backend", "gloo").stdout.strip()
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
                     "--node-rank", "0", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "-m",
-                    "labtools.dist.worker", job], check=True, capture_output=True, timeout=120)
+                    "labtools.parallel.worker", job], check=True, capture_output=True, timeout=120)
     results = json.loads(run_cli("collect", str(run)).stdout)
     assert [r["dist"]["rank"] for r in results] == [0, 1] and all(r["sum"] == 1.0 for r in results)
 
     # a used run directory is refused, then cleared only on request; collect never mixes two runs
-    refused = run_cli("make-job", "labtools.dist.checks:hello", "--run-dir", str(run), check=False)
+    refused = run_cli("make-job", "labtools.parallel.checks:hello", "--run-dir", str(run), check=False)
     assert refused.returncode != 0 and "not empty" in refused.stderr
     stale = json.loads((run / "rank1.json").read_text())
-    run_cli("make-job", "labtools.dist.checks:ring_parity", '{"sizes": [3]}', "--run-dir", str(run), "--force")
+    run_cli("make-job", "labtools.parallel.checks:ring_parity", '{"sizes": [3]}', "--run-dir", str(run), "--force")
     assert not (run / "rank0.json").exists()
     (run / "rank1.json").write_text(json.dumps(stale))  # a result of the earlier run, planted
     mixed = run_cli("collect", str(run), check=False)
@@ -255,7 +256,7 @@ def test_the_readme_multi_node_commands_on_one_node(tmp_path):
 
 
 def test_make_job_validates_the_config_before_any_node_runs(tmp_path):
-    bad = run_cli("make-job", "labtools.dist.checks:fail_on", '{"rank": "one", "nope": 1}', "--run-dir",
+    bad = run_cli("make-job", "labtools.parallel.checks:fail_on", '{"rank": "one", "nope": 1}', "--run-dir",
                   str(tmp_path / "r"), check=False)
     assert bad.returncode != 0 and "nope" in bad.stderr
     outside = run_cli("make-job", "os:getcwd", "--run-dir", str(tmp_path / "r2"), check=False)
@@ -269,13 +270,13 @@ def test_an_elastic_run_with_a_killed_rank_ends_bitwise_equal_to_an_uninterrupte
     The failed attempt's error file (rank 0's "connection reset") must not fail the run that then succeeded."""
     import shutil
 
-    from lessons.ranks.fault_tolerance import ElasticJob, elastic
+    from lessons.fault_tolerance.ranks import ElasticJob, elastic
     job = dict(n_layer=1, n_embd=32, block_size=32, batch_size=4, steps=10, every=3)
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
     whole = launch(elastic, 2, ElasticJob(**job, directory=str(tmp_path / "a")), show_progress=False)
     killed = launch(elastic, 2, ElasticJob(**job, directory=str(tmp_path / "b"), kill_at=7), max_restarts=1,
                     show_progress=False, keep_dir=True)
-    run_dirs = list(Path(os.environ["LABTOOLS_RUN_ROOT"]).glob("labtools-dist-*"))
+    run_dirs = list(Path(os.environ["LABTOOLS_RUN_ROOT"]).glob("labtools-run-*"))
     try:
         assert [r["restarts"] for r in killed] == [1, 1] and killed[0]["dist"]["restarts"] == 1
         assert killed[0]["resumed_from"] == 6

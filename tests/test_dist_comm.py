@@ -2,8 +2,8 @@
 
 import pytest
 
-from labtools.dist import launch
-from labtools.dist.checks import Sizes, ring_parity
+from labtools.parallel import launch
+from labtools.parallel.checks import Sizes, ring_parity
 from labtools.plan import collective_bytes
 
 

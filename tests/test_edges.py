@@ -1,6 +1,6 @@
 """Every parameter at both edges of its documented range: the settings accept it, and every panel built from
 those settings starts at the notebook's own values (ipywidgets would otherwise clamp them silently, or fail
-when a slider's minimum exceeds its maximum). The ranges are read from each lesson's check_range calls."""
+when a slider's minimum exceeds its maximum). The ranges are read from each lesson's RANGES and check_range calls."""
 
 import ast
 import inspect
@@ -8,24 +8,49 @@ from pathlib import Path
 
 import pytest
 
-from lessons import (checkpointing, compute_budget, data_parallel, fault_tolerance, fsdp, memory_budget, optimizers,
-                     pipeline, precision, schedules, stability, tensor_parallel, training_loop)
+import labtools.config
+from lessons import (activation_checkpointing, adamw_vs_adam_l2, compute_budget, data_parallel, fault_tolerance,
+                     fsdp_zero, lr_schedules, memory_budget, mixed_precision, pipeline_parallel, stability,
+                     tensor_parallel, training_loop)
+from lessons.activation_checkpointing import playground as checkpointing_playground
+from lessons.adamw_vs_adam_l2 import landscape
+from lessons.data_parallel import playground as ddp_playground
+from lessons.pipeline_parallel import playground as pipeline_playground
+from lessons.pipeline_parallel import schedule
+from lessons.training_loop import playground as size_playground
 
-LESSONS = (training_loop, optimizers, schedules, stability, precision, checkpointing, memory_budget, data_parallel,
-           fsdp, pipeline, tensor_parallel, fault_tolerance, compute_budget)
+LESSONS = (training_loop, adamw_vs_adam_l2, lr_schedules, stability, mixed_precision, activation_checkpointing,
+           memory_budget, data_parallel, fsdp_zero, pipeline_parallel, tensor_parallel, fault_tolerance, compute_budget)
 
 
-def ranges(module) -> list[tuple[str, str, str, str]]:
-    """(PARAMETER, field, low expression, high expression) of every check_range in Settings.__post_init__."""
-    tree = ast.parse(Path(inspect.getsourcefile(module)).read_text())
-    settings = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Settings")
-    post = next(n for n in settings.body if isinstance(n, ast.FunctionDef) and n.name == "__post_init__")
+def _checks(source: str, cls: str) -> list[tuple[str, str, str, str]]:
+    """(PARAMETER, field, low expression, high expression) of a config class: its RANGES and the check_range calls
+    of its __post_init__."""
+    tree = ast.parse(source)
+    settings = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
     out = []
-    for call in ast.walk(post):
-        if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "check_range":
+    for node in settings.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "RANGES":
+            for key, bounds in zip(node.value.keys, node.value.values):
+                out.append((key.value, key.value.lower(), ast.unparse(bounds.elts[0]), ast.unparse(bounds.elts[1])))
+    post = [n for n in settings.body if isinstance(n, ast.FunctionDef) and n.name == "__post_init__"]
+    for call in (c for p in post for c in ast.walk(p)):
+        if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "check_range" and call.args[1:2] \
+                and isinstance(call.args[1], ast.Attribute):
             name, field, lo, hi = call.args[:4]
             out.append((name.value, field.attr, ast.unparse(lo), ast.unparse(hi)))
     return out
+
+
+# The shared config's SEED range holds for every lesson (its other ranges are narrowed by the lessons that use them)
+BASE = [c for c in _checks(inspect.getsource(labtools.config), "LabConfig") if c[0] == "SEED"]
+
+
+def ranges(module) -> list[tuple[str, str, str, str]]:
+    """(PARAMETER, field, low expression, high expression) of every check_range in Settings.__post_init__, and
+    the shared config's SEED."""
+    own = _checks(Path(inspect.getsourcefile(module)).read_text(), "Settings")
+    return own + [c for c in BASE if c[0] not in {o[0] for o in own}]
 
 
 EDGES = [pytest.param(m, name, field, expr, id=f"{m.__name__.split('.')[-1]}-{name}-{side}")
@@ -33,25 +58,25 @@ EDGES = [pytest.param(m, name, field, expr, id=f"{m.__name__.split('.')[-1]}-{na
 
 
 def test_every_lesson_declares_ranges():
-    assert all(ranges(m) for m in LESSONS)
+    assert BASE and all(ranges(m) for m in LESSONS)
 
 
 def panels(module, S) -> list[tuple[object, dict[str, object]]]:
     """The lesson's panels built from S, each with the values its controls must start at."""
     if module is training_loop:
-        panel, _ = training_loop.size_panel(S, corpus=None, baseline=None)
+        panel, _ = size_playground.size_panel(S, corpus=None, baseline=None)
         return [(panel, {"n_layer": S.n_layer, "n_embd": S.n_embd, "steps": S.steps})]
-    if module is checkpointing:
-        return [(checkpointing.memory_panel(S), {"seq_len": S.seq_len, "batch_size": S.batch_size})]
+    if module is activation_checkpointing:
+        return [(checkpointing_playground.memory_panel(S), {"seq_len": S.seq_len, "batch_size": S.batch_size})]
     if module is data_parallel:
-        panel, _ = data_parallel.ddp_panel(S)
+        panel, _ = ddp_playground.ddp_panel(S)
         return [(panel, {"accum_k": S.accum_k, "world": min(S.world_sizes)})]
-    if module is pipeline:
-        panel, _ = pipeline.measured_panel(S, results={})
-        return [(pipeline.schedule_panel(S), {"m": S.m, "v": S.v, "p": max(S.worlds)}),
+    if module is pipeline_parallel:
+        panel, _ = pipeline_playground.measured_panel(S, results={})
+        return [(schedule.panel(S), {"m": S.m, "v": S.v, "p": max(S.worlds)}),
                 (panel, {"p": max(S.worlds)})]
-    if module is optimizers:
-        panel = optimizers.cell_panel(S, runs={})
+    if module is adamw_vs_adam_l2:
+        panel = landscape.cell_panel(S, runs={})
         return [(panel, {"lr": S.grid_lrs[len(S.grid_lrs) // 2], "wd": S.grid_wds[-1]})]
     return []
 

@@ -7,8 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from labtools.plan import CLUSTERS, PUBLISHED, training_cost, training_days, training_flops, training_seconds
+from labtools.compute import (PUBLISHED, Convention, flops_by_convention, training_cost, training_days, training_flops,
+                              training_seconds)
+from labtools.plan import CLUSTERS
 from lessons import compute_budget as lesson
+from lessons.compute_budget import flops, isoflop, training_time
 
 
 @pytest.mark.parametrize("shape", [(2, 64, 4, 64), (4, 128, 4, 128), (3, 96, 6, 256)])
@@ -17,22 +20,22 @@ def test_the_matmul_weight_formula_equals_flop_counter_mode(shape):
     conventions differ from it by exactly what they add or drop."""
     L, d, h, T = shape
     model = lesson.gpt(L, d, h, T)
-    f = lesson.formulas(model, T)
-    counted = lesson.counted_flops(model, T, batch=2)
-    assert f["matmul weights"] == counted["train"]
+    f = flops_by_convention(model, T)
+    counted = flops.counted_flops(model, T, batch=2)
+    assert f[Convention.MATMUL] == counted["train"]
     assert counted["train"] == 3 * counted["forward"]
     assert counted["by_op"], "the counter saw no operations"
     V = model.config.vocab_size
     extra = model.num_params() - (12 * L * d * d + V * d)  # biases, LayerNorms, position embedding
-    assert f["all parameters (picotron)"] - counted["train"] == 6 * extra
-    assert counted["train"] - f["without the token embedding (torchtitan)"] == 6 * (V * d - extra)
+    assert f[Convention.ALL_PARAMETERS] - counted["train"] == 6 * extra
+    assert counted["train"] - f[Convention.NO_TOKEN_EMBEDDING] == 6 * (V * d - extra)
 
 
 def test_the_cpu_fused_attention_kernel_is_invisible_to_the_counter():
     """On a CPU the default attention kernel has no FLOP formula: counted without it, exactly 12·L·T·d is missing."""
     model = lesson.gpt(2, 64, 4, 64).cpu()
-    fused = lesson.counted_flops(model, 64, fused=True)["train"]
-    counted = lesson.counted_flops(model, 64)["train"]
+    fused = flops.counted_flops(model, 64, fused=True)["train"]
+    counted = flops.counted_flops(model, 64)["train"]
     if next(model.parameters()).is_cuda:
         pytest.fail("the model should be on the CPU here")
     assert counted - fused == 12 * 2 * 64 * 64
@@ -41,7 +44,7 @@ def test_the_cpu_fused_attention_kernel_is_invisible_to_the_counter():
 def test_attention_is_counted_and_grows_with_the_context():
     """The 12·L·T·d term is real: the same weights at twice the context cost 12·L·d·ΔT more per token."""
     a, b = lesson.gpt(2, 64, 4, 64), lesson.gpt(2, 64, 4, 128)
-    fa, fb = lesson.counted_flops(a, 64)["train"], lesson.counted_flops(b, 128)["train"]
+    fa, fb = flops.counted_flops(a, 64)["train"], flops.counted_flops(b, 128)["train"]
     assert fb - fa == 12 * 2 * 64 * 64
 
 
@@ -50,7 +53,7 @@ def test_the_calculator_reproduces_the_published_runs():
     assert training_flops(gpt3.n_params, gpt3.tokens) == pytest.approx(3.14e23, rel=0.02)
     assert training_days(gpt3.n_params, gpt3.tokens, 1024, 140e12) == pytest.approx(34, rel=0.02)
     assert training_flops(llama.n_params, llama.tokens) == pytest.approx(3.8e25, rel=0.02)
-    rows = lesson.published()
+    rows = training_time.published()
     assert rows["GPT-3 175B"]["days_at_mfu"] == pytest.approx(rows["GPT-3 175B"]["days"], rel=1e-12)
 
 
@@ -91,29 +94,29 @@ def test_the_fit_finds_a_known_optimum():
         for n in (10_000, 30_000, 100_000, 300_000):
             loss = 2.0 + 0.3 * (math.log(n) - math.log(50_000)) ** 2
             runs.append({"budget": budget, "n_params": n, "val_loss": loss, "flops": budget, "tokens": 1})
-    fits = lesson.fit(runs)
+    fits = isoflop.fit(runs)
     for budget, f in fits.items():
         assert f["interior"]
         assert f["n_opt"] == pytest.approx(50_000, rel=1e-6)
         assert f["tokens_per_param"] == pytest.approx(budget / (6 * 50_000**2), rel=1e-6)
     edge = [dict(r, val_loss=-math.log(r["n_params"])) for r in runs]  # bigger is always better: no interior optimum
-    assert not any(f["interior"] for f in lesson.fit(edge).values())
-    assert all(f["n_opt"] == 300_000 for f in lesson.fit(edge).values())
+    assert not any(f["interior"] for f in isoflop.fit(edge).values())
+    assert all(f["n_opt"] == 300_000 for f in isoflop.fit(edge).values())
 
 
 def test_a_sweep_run_spends_its_budget_and_is_cached():
     S = lesson.settings("smoke")
     config = dict(width=32, budget=2e9, layers=2, batch=S.sweep_batch, block=S.sweep_block, lr=S.sweep_lr, seed=0)
-    a = lesson.SWEEP(**config)
+    a = isoflop.SWEEP(**config)
     per_step = a["flops"] / a["steps"]
     assert abs(a["flops"] - 2e9) <= per_step / 2
     assert a["tokens"] == a["steps"] * S.sweep_batch * S.sweep_block
     assert math.isfinite(a["val_loss"])
-    assert lesson.SWEEP(**config) is a  # the panel redraws from the cache
+    assert isoflop.SWEEP(**config) is a  # the panel redraws from the cache
 
 
 def test_the_calculator_panel_redraws_and_rejects_bad_values():
-    panel = lesson.calculator_panel()
+    panel = training_time.calculator_panel()
     before = panel.figure.layout.title.text
     panel.controls["mfu"].value = 0.2
     panel.redraw()
@@ -132,7 +135,7 @@ def test_settings_reject_bad_budgets_and_widths():
 
 def test_counted_flops_leave_no_gradients_behind():
     model = lesson.gpt(2, 64, 4, 64)
-    lesson.counted_flops(model, 64)
+    flops.counted_flops(model, 64)
     assert all(p.grad is None for p in model.parameters())
-    assert np.isfinite(sum(lesson.formulas(model, 64).values()))
+    assert np.isfinite(sum(flops_by_convention(model, 64).values()))
     assert torch.is_grad_enabled()

@@ -1,7 +1,7 @@
 """Lesson 03's clipping claims (they can fail) and clipping written out against torch's."""
 
 from labtools.claims import Ledger
-from lessons import stability as lesson
+from lessons.stability import clipping
 
 
 def _damage(sgd: tuple, adamw: tuple) -> dict:
@@ -12,7 +12,7 @@ def _damage(sgd: tuple, adamw: tuple) -> dict:
 
 def test_the_clipping_claims_hold_when_clipping_helps_sgd_most():
     ledger = Ledger("03_stability (test)")
-    for key, claim in lesson.clip_claims(_damage(sgd=(0.38, 0.05), adamw=(0.04, 0.025))).items():
+    for key, claim in clipping.clip_claims(_damage(sgd=(0.38, 0.05), adamw=(0.04, 0.025))).items():
         ledger.add(key, *claim, kind="measured")
     assert [c.key for c in ledger.claims] == ["sgd_clip", "adamw_gains_less"] and ledger.all_passed
 
@@ -20,9 +20,9 @@ def test_the_clipping_claims_hold_when_clipping_helps_sgd_most():
 def test_the_clipping_claims_fail_when_clipping_does_nothing():
     """The smoke notebook makes these claims on its own runs (seeds, lengths and thread counts in clip_claims'
     docstring); here: they can fail."""
-    for key, claim in lesson.clip_claims(_damage(sgd=(0.3, 0.3), adamw=(0.1, 0.1))).items():
+    for key, claim in clipping.clip_claims(_damage(sgd=(0.3, 0.3), adamw=(0.1, 0.1))).items():
         assert not claim[2].check(claim[1]), key
-    sgd_only = lesson.clip_claims(_damage(sgd=(0.3, 0.28), adamw=(0.3, 0.05)))  # AdamW helped more
+    sgd_only = clipping.clip_claims(_damage(sgd=(0.3, 0.28), adamw=(0.3, 0.05)))  # AdamW helped more
     assert not any(c[2].check(c[1]) for c in sgd_only.values())
 
 
@@ -34,13 +34,13 @@ def test_clip_by_global_norm_matches_torch():
     for p, t in zip(params, grads):
         p.grad = t.clone()
     ours = [t.clone() for t in grads]
-    norm = lesson.clip_by_global_norm(ours, 0.5)
+    norm = clipping.clip_by_global_norm(ours, 0.5)
     theirs = torch.nn.utils.clip_grad_norm_(params, 0.5)
     assert abs(norm - theirs.item()) < 1e-5 and norm > 0.5
     for a, p in zip(ours, params):
         torch.testing.assert_close(a, p.grad, rtol=0, atol=1e-7)
     unchanged = [t.clone() for t in grads]
-    lesson.clip_by_global_norm(unchanged, 100.0)  # under the threshold: untouched
+    clipping.clip_by_global_norm(unchanged, 100.0)  # under the threshold: untouched
     assert all(torch.equal(a, b) for a, b in zip(unchanged, grads))
 
 

@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from labtools.memory import (activation_bytes, model_state_bytes, peak_bytes, saved_activation_bytes,
-                             saved_activations)
+from labtools.budget import activation_bytes
+from labtools.memory import model_state_bytes, peak_bytes, saved_activation_bytes, saved_activations
 from labtools.model import GPT, GPTConfig
 
 CONFIGS = [  # (n_layer, n_embd, n_head, vocab, T, B)
@@ -73,7 +73,7 @@ def test_bad_prediction_arguments(kw, name):
 # --- the budget calculator ------------------------------------------------------------------------------------
 
 from labtools import optim as O  # noqa: E402
-from labtools.memory import architecture, estimate  # noqa: E402
+from labtools.budget import architecture, estimate  # noqa: E402
 
 OPTIMIZERS = {"sgd": lambda p: O.SGD(p, lr=0.1), "momentum": lambda p: O.SGD(p, lr=0.1, momentum=0.9),
               "adam": lambda p: O.Adam(p), "adamw": lambda p: O.AdamW(p, weight_decay=0.1),

@@ -4,12 +4,13 @@ process (written-out and PyTorch schedules)."""
 import pytest
 import torch
 
-from labtools.dist import launch
-from labtools.dist.pipeline import check_pipeline, gpt_stages
 from labtools.model import GPT, GPTConfig
+from labtools.parallel import launch
+from labtools.parallel.pipeline import check_pipeline, gpt_stages
 from labtools.pipeline import decompose, idle_fraction, idle_per_row, in_flight, schedule_order, simulate
 from labtools.plan import bubble_fraction
-from lessons.ranks.pipeline import PipeJob, parity, timelines
+from lessons.pipeline_parallel import Settings
+from lessons.pipeline_parallel.ranks import parity, timelines
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
@@ -88,8 +89,8 @@ def test_stages_chained_compute_the_whole_model():
 
 
 def test_two_ranks_every_schedule_equals_one_process():
-    res = launch(parity, 2, PipeJob(n_layer=4, n_embd=32, block_size=16, batch_size=8, m=4, micro_batches=(4,)),
-                 show_progress=False)
+    S = Settings(n_layer=4, n_embd=32, block_size=16, batch_size=8, m=4, micro_batches=(4,), worlds=(2,))
+    res = launch(parity, 2, S, show_progress=False)
     for r in res:
         for schedule, entry in r.items():
             if isinstance(entry, dict) and "ran" in entry:
@@ -99,11 +100,12 @@ def test_two_ranks_every_schedule_equals_one_process():
 
 
 def test_real_compute_timelines_are_gathered_to_rank_0():
-    job = PipeJob(n_layer=4, n_embd=32, block_size=16, batch_size=8, micro_batches=(2,),
+    job = Settings(n_layer=4, n_embd=32, block_size=16, batch_size=8, m=2, micro_batches=(2,), worlds=(2,),
                   schedules=("written-out 1f1b",), simulate=False)
     res = launch(timelines, 2, job, show_progress=False)
-    intervals = res[0]["timelines"]["written-out 1f1b|2"]
-    assert res[1]["timelines"] == {}
+    assert [(run["schedule"], run["m"]) for run in res[0]["timelines"]] == [("written-out 1f1b", 2)]
+    intervals = res[0]["timelines"][0]["intervals"]
+    assert res[1]["timelines"] == []
     assert sorted({iv["row"] for iv in intervals}) == [0, 1]
     assert len(intervals) == 2 * 2 * 2  # 2 ranks × (2 forwards + 2 backwards)
     assert all(iv["end"] > iv["start"] >= 0 for iv in intervals)
@@ -114,6 +116,6 @@ def test_real_compute_timelines_are_gathered_to_rank_0():
     (dict(v=3), "evenly"), (dict(m=6), "divide"),
 ])
 def test_the_lesson_rejects_bad_pipelines_in_its_settings(overrides, match):
-    from lessons import pipeline as lesson
+    from lessons import pipeline_parallel as lesson
     with pytest.raises(ValueError, match=match):
         lesson.settings("smoke", **overrides)

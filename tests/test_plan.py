@@ -5,7 +5,7 @@ import math
 import pytest
 
 from labtools import plan
-from labtools.memory import architecture, estimate
+from labtools.budget import architecture, estimate
 from labtools.plan import MODELS, Layout, ModelShape
 
 
@@ -93,3 +93,16 @@ def test_uneven_stages_count_the_largest():
     arch = architecture(m.n_layer, m.n_embd, m.n_head, m.vocab, m.seq, 1, checkpoint="block", bytes_per_element=2)
     per_layer = arch.activations["blocks"] / m.n_layer
     assert acts == int(per_layer * math.ceil(126 / 16) * 16 + arch.activations["outside"])
+
+
+def test_tensor_parallel_bytes_is_the_sum_of_its_ring_collectives():
+    """Megatron's TP: per layer 2 all-reduces forward and 2 backward of b·s·h, each 2(t−1)/t of it per rank; sequence
+    parallelism swaps each for an all-gather plus a reduce-scatter ((t−1)/t each) and adds one gather before ln_f
+    (forward) and its reduce-scatter (backward). Worked by hand for L 2, b 4, s 8, h 16, fp32, t 4."""
+    bsh = 4 * 8 * 16 * 4                                          # 2048 bytes
+    per_layer = 4 * plan.collective_bytes("all_reduce", bsh, 4)   # 4 × 3072
+    assert plan.tensor_parallel_bytes(2, 4, 8, 16, 4, False) == 2 * per_layer == 24576
+    sp_layer = 4 * (plan.collective_bytes("all_gather", bsh, 4) + plan.collective_bytes("reduce_scatter", bsh, 4))
+    assert sp_layer == per_layer                                  # the same volume, in other collectives
+    assert plan.tensor_parallel_bytes(2, 4, 8, 16, 4, True) == 24576 + 2 * 1536
+    assert plan.tensor_parallel_bytes(2, 4, 8, 16, 1, True) == 0  # one rank sends nothing

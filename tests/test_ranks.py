@@ -1,4 +1,6 @@
-"""Rank processes import torch and the lab's core only: never the notebook's UI stack (seconds per rank)."""
+"""Rank processes import torch and the lab's core only: never the notebook's UI stack (seconds per rank).
+
+A lesson package's __init__ (its settings) is imported by its ranks, so it is held to the same rule."""
 
 import json
 import subprocess
@@ -6,14 +8,17 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RANK_MODULES = sorted(f"lessons.ranks.{p.stem}" for p in (ROOT / "lessons" / "ranks").glob("*.py")
-                      if p.stem != "__init__")
-RANK_MODULES += ["labtools.dist.worker", "labtools.dist.toolkit", "labtools.dist.checks", "labtools.dist.comm"]
+LESSONS = sorted(p.parent.name for p in (ROOT / "lessons").glob("*/__init__.py"))
+RANK_MODULES = [f"lessons.{name}" for name in LESSONS]  # each lesson's settings
+RANK_MODULES += sorted(f"lessons.{p.parent.name}.ranks" for p in (ROOT / "lessons").glob("*/ranks.py"))
+RANK_MODULES += ["labtools.parallel.worker", "labtools.parallel.toolkit", "labtools.parallel.checks",
+                 "labtools.parallel.comm", "labtools.config"]
 UI = ("plotly", "ipywidgets", "IPython", "nbformat", "jsonschema", "anywidget", "papermill")
 
 
-def test_there_are_rank_modules():
-    assert any(m.startswith("lessons.ranks.") for m in RANK_MODULES)
+def test_there_are_rank_modules_and_every_lesson_is_a_package():
+    assert len(LESSONS) >= 13 and sum(m.endswith(".ranks") for m in RANK_MODULES) >= 6
+    assert [p.name for p in (ROOT / "lessons").glob("*.py")] == ["__init__.py"], "a lesson is a package"
 
 
 def ui_pulled_in(modules: list[str]) -> dict[str, list[str]]:
@@ -39,13 +44,13 @@ def test_no_rank_module_imports_a_ui_package():
 
 
 def test_the_ui_check_names_the_module_that_pulls_one_in():
-    pulled = ui_pulled_in(["labtools.dist.comm", "lessons.data_parallel"])  # the notebook side of lesson 07
-    assert pulled["labtools.dist.comm"] == [] and "plotly" in pulled["lessons.data_parallel"]
+    pulled = ui_pulled_in(["labtools.parallel.comm", "lessons.data_parallel.equivalence"])  # a notebook section
+    assert pulled["labtools.parallel.comm"] == [] and "plotly" in pulled["lessons.data_parallel.equivalence"]
 
 
 def test_the_supervisor_starts_without_torch():
     """It sits between the caller and torchrun: importing torch there would add seconds to every launch."""
-    code = "import sys, labtools.dist.supervise; print('torch' in sys.modules)"
+    code = "import sys, labtools.parallel.supervise; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "False"
 

@@ -5,19 +5,21 @@ import pytest
 import torch
 
 from labtools import plan
-from labtools.dist import launch
-from labtools.dist.mesh import check_mesh
-from labtools.dist.tensor import check_tensor_parallel
-from labtools.memory import activation_bytes, korthikanti_tp_bytes_per_layer
+from labtools.budget import activation_bytes, korthikanti_tp_bytes_per_layer
+from labtools.compute import training_days
 from labtools.model import GPT, GPTConfig
+from labtools.parallel import launch
+from labtools.parallel.mesh import check_mesh
+from labtools.parallel.tensor import check_tensor_parallel
 from labtools.plan import CLUSTERS, MODELS, Layout
-from lessons.ranks.tensor_parallel import TPJob, parity
+from lessons.tensor_parallel import Settings
+from lessons.tensor_parallel.ranks import parity
 
 A100, H100 = CLUSTERS["A100 80GB, NVLink 3, HDR 200 Gb/s"], CLUSTERS["H100 80GB, NVLink 4, NDR 400 Gb/s"]
 
 
 def test_two_ranks_written_out_and_dtensor_equal_one_rank():
-    res = launch(parity, 2, TPJob(n_layer=1, n_embd=32, n_head=4, block_size=16, batch_size=2), show_progress=False)
+    res = launch(parity, 2, Settings(n_layer=1, n_embd=32, n_head=4, block_size=16, batch_size=2), show_progress=False)
     for r in res:
         for part, versions in r.items():
             if part == "dist":
@@ -60,7 +62,7 @@ def test_planner_reproduces_the_published_cases():
     assert llama.bubble == pytest.approx(15 / 31) and llama.micro_batches == 16
     gpt3 = plan.step_time(MODELS["GPT-3 175B"], A100, Layout(8, 8, 16), 1536)
     assert gpt3.fits and gpt3.bubble == pytest.approx(15 / 207)
-    assert plan.training_days(175e9, 300e9, 1024, 140e12) == pytest.approx(34, rel=0.02)
+    assert training_days(175e9, 300e9, 1024, 140e12) == pytest.approx(34, rel=0.02)
     ranked = plan.rank_layouts(MODELS["GPT-3 175B"], A100, 1024, 1536)
     fitting = [e for e in ranked if e.fits]
     assert fitting and all(a.step_s <= b.step_s for a, b in zip(fitting, fitting[1:]))

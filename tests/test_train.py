@@ -118,7 +118,7 @@ def test_block_size_beyond_the_model_raises_before_training():
 
 
 def test_checkpoint_roundtrip_and_resume_at_the_right_step(tmp_path):
-    from labtools.train import load_checkpoint, save_checkpoint
+    from labtools.checkpoint import load_checkpoint, save_checkpoint
     schedule = bind(warmup_cosine, warmup=4, total=30, min_ratio=0.1)
     m = model()
     opt = torch.optim.AdamW(m.parameters(), lr=3e-3)

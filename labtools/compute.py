@@ -1,0 +1,140 @@
+"""The compute budget of a training run: FLOPs, days and dollars, and published runs to check them against.
+
+Pure functions of numbers; every value is *computed*. Lesson 12 measures FLOPs per token with torch's counter
+and the machine's peak and MFU beside them.
+
+    flops_per_token(model)                       6N (8N with recomputation) + 12·L·T·d for a ModelShape
+    training_flops(N, D, n_layer, seq, n_embd)   (6N + 12·L·T·d)·D
+    training_seconds(flops, gpus, peak, mfu)     wall time at a model FLOPs utilisation
+    training_cost(seconds, gpus, $/GPU-hour)
+    training_days(N, D, gpus, X)                 Narayanan et al.'s 8·T·P/(n·X)
+    PUBLISHED                                    GPT-3 175B and Llama 3 405B as their authors reported them
+    flops_by_convention(model, seq)              6·N + 12·L·T·d per token with N counted three ways (Convention)
+"""
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING
+
+import torch
+
+from labtools.budget import architecture
+
+if TYPE_CHECKING:
+    from labtools.plan import ModelShape
+
+
+def flops_per_token(model: "ModelShape", recompute: bool = False) -> float:
+    """Training FLOPs per token: 6N for the matrix products of forward (2N) and backward (4N) (Kaplan et al. 2020),
+    plus attention's own products 12·L·s·h, the causal mask's skipped half included (PaLM, Chowdhery et al. 2022,
+    appendix B; Kaplan et al.'s C_forward adds 2·L·s·h, 6·L·s·h for training); with full recomputation one more
+    forward: 8N + 16Lsh. Lesson 12 checks the formula against torch's FLOP counter."""
+    n = model.n_params or architecture(model.n_layer, model.n_embd, model.n_head, model.vocab, model.seq, 1).n_params
+    attention = 12 * model.n_layer * model.seq * model.n_embd
+    return (8 * n + 16 / 12 * attention) if recompute else (6 * n + attention)
+
+
+def training_days(n_params: float, tokens: float, gpus: int, flops_per_gpu: float, recompute: bool = True) -> float:
+    """Narayanan et al. 2021, eq. 4: time ≈ 8·T·P / (n·X) with activation recomputation (6·T·P without), in days;
+    X is the FLOP/s each GPU achieves end to end."""
+    for name, value in (("n_params", n_params), ("tokens", tokens), ("gpus", gpus), ("flops_per_gpu", flops_per_gpu)):
+        if not value > 0:
+            raise ValueError(f"{name} must be > 0, got {value!r}")
+    return (8 if recompute else 6) * tokens * n_params / (gpus * flops_per_gpu) / 86400
+
+
+def _positive(**values) -> None:
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+def training_flops(n_params: float, tokens: float, *, n_layer: int = 0, seq: int = 0, n_embd: int = 0) -> float:
+    """FLOPs to train n_params on `tokens` tokens: 6·N per token (Kaplan et al. 2020: 2N forward, 4N backward),
+    plus attention's score and value products, 12·L·T·d per token, when the shape is given (PaLM's appendix B;
+    the causal mask's skipped half is counted, as FLOP counters and MFU conventions do). N counts the weights
+    that multiply activations: lesson 12 measures which parameters those are."""
+    _positive(n_params=n_params, tokens=tokens)
+    for name, value in (("n_layer", n_layer), ("seq", seq), ("n_embd", n_embd)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    return (6 * n_params + 12 * n_layer * seq * n_embd) * tokens
+
+
+def training_seconds(flops: float, gpus: int, peak_flops: float, mfu: float) -> float:
+    """Wall time of a run of `flops` FLOPs on `gpus` GPUs of `peak_flops` FLOP/s each (dense bf16, the vendor's
+    figure) at model FLOPs utilisation `mfu` (PaLM's MFU: the model's FLOPs per second ÷ the peak; recomputation
+    and any other redundant work is not counted, so it lowers MFU)."""
+    _positive(flops=flops, peak_flops=peak_flops)
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise ValueError(f"gpus must be an int >= 1, got {gpus!r}")
+    if isinstance(mfu, bool) or not isinstance(mfu, (int, float)) or not 0 < mfu <= 1:
+        raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
+    return flops / (gpus * peak_flops * mfu)
+
+
+def training_cost(seconds: float, gpus: int, dollars_per_gpu_hour: float) -> float:
+    """Dollars for `gpus` GPUs rented for `seconds`."""
+    _positive(seconds=seconds, dollars_per_gpu_hour=dollars_per_gpu_hour)
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise ValueError(f"gpus must be an int >= 1, got {gpus!r}")
+    return seconds / 3600 * gpus * dollars_per_gpu_hour
+
+
+@dataclass(frozen=True)
+class PublishedRun:
+    """A training run as its authors reported it."""
+    n_params: float
+    tokens: float
+    flops: float           # as published
+    gpus: int
+    peak_flops: float      # per GPU, dense bf16 (vendor figure)
+    source: str
+    achieved_flops: float | None = None  # per GPU, as published (hardware FLOPs, recomputation included)
+    days: float | None = None            # as published
+
+
+PUBLISHED = {
+    # Brown et al. 2020, table D.1: 3.14e23 FLOPs. Narayanan et al. 2021, section 5.1: on 1024 A100s at 140
+    # teraFLOP/s each (with activation recomputation), "about 34 days".
+    "GPT-3 175B": PublishedRun(175e9, 300e9, 3.14e23, 1024, 312e12, "Brown et al. 2020; Narayanan et al. 2021",
+                               achieved_flops=140e12, days=34),
+    # Llama 3 (Dubey et al. 2024), section 3.2.1: 3.8e25 FLOPs for 405B parameters on 15.6T tokens; up to 16,384
+    # H100s at 38-43% MFU (section 3.3.2, table 4).
+    "Llama 3 405B": PublishedRun(405e9, 15.6e12, 3.8e25, 16384, 989e12, "Dubey et al. 2024"),
+}
+
+
+class Convention(str, Enum):
+    """Which parameters N counts in 6·N + 12·L·T·d (the value is the key results are stored under)."""
+    MATMUL = "matmul"                            # the weights that multiply activations
+    ALL_PARAMETERS = "all_parameters"            # every parameter (picotron's get_mfu)
+    NO_TOKEN_EMBEDDING = "no_token_embedding"    # all but the token embedding (torchtitan's get_num_flop_per_token)
+
+    @property
+    def label(self) -> str:
+        return {"matmul": "matmul weights", "all_parameters": "all parameters (picotron)",
+                "no_token_embedding": "without the token embedding (torchtitan)"}[self.value]
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __hash__(self) -> int:  # as its value: a dict keyed by conventions also answers to the plain string
+        return hash(self.value)
+
+
+def flops_by_convention(model: torch.nn.Module, seq: int) -> dict[Convention, float]:
+    """Training FLOPs per token of a labtools.model.GPT by each Convention, all 6·N + 12·L·T·d with a different N.
+
+    MATMUL: 12·L·d² in the blocks plus the head V·d (tied to the token embedding, so it is one matrix used twice: a
+        lookup, which costs nothing, and the output product).
+    ALL_PARAMETERS: adds the position embedding, biases and LayerNorms, which do no matrix products.
+    NO_TOKEN_EMBEDDING: drops the token embedding, which here is also the head, so the output product goes missing.
+    """
+    c = model.config
+    attention = 12 * c.n_layer * seq * c.n_embd
+    matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    total = model.num_params()
+    return {Convention.MATMUL: 6 * matmul + attention, Convention.ALL_PARAMETERS: 6 * total + attention,
+            Convention.NO_TOKEN_EMBEDDING: 6 * (total - model.transformer.wte.weight.numel()) + attention}

@@ -1,0 +1,119 @@
+"""What a finished run left: each rank's result, or the root cause of its failure, named by rank (and signal)."""
+
+import json
+import re
+import signal
+from pathlib import Path
+
+
+class RankFailed(RuntimeError):
+    """A rank failed: .rank, .error, .traceback and .logs (the rank's captured output) say where and why.
+    .signal is the signal's name when the rank was killed by one."""
+
+    def __init__(self, rank: int, error: str, traceback: str = "", logs: str = "", signal_name: str | None = None):
+        detail = f"\n\n--- traceback of rank {rank} ---\n{traceback}" if traceback else ""
+        if logs and not traceback:
+            detail = f"\n\n--- last output of rank {rank} ---\n" + "\n".join(logs.splitlines()[-8:])
+        super().__init__(f"rank {rank} failed: {error}{detail}")
+        self.rank, self.error, self.traceback, self.logs, self.signal = rank, error, traceback, logs, signal_name
+
+
+
+_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
+
+def all_results(run_dir: Path, nprocs: int) -> bool:
+    return all((run_dir / f"rank{r}.json").exists() for r in range(nprocs))
+
+
+def torchrun_failures(log: str) -> dict[int, int]:
+    """{rank: exit code} of the failures torchrun reported (a negative code is the signal that killed it)."""
+    return {int(r): int(code) for r, code in _FAILURE.findall(log)}
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _read_errors(run_dir: Path) -> list[dict]:
+    errors = []
+    for f in run_dir.glob("rank*.error.json"):
+        try:
+            errors.append(json.loads(f.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return errors
+
+
+def _rank_log(run_dir: Path, rank: int) -> str:
+    f = run_dir / f"rank{rank}.log"
+    return f.read_text(errors="replace") if f.exists() else ""
+
+
+def diagnose(run_dir: Path, nprocs: int, returncode: int | None) -> RankFailed | RuntimeError | None:
+    """The root cause of a failed run, or None if it succeeded.
+
+    A rank killed by a signal other than torchrun's own SIGTERM, without an error of its own, is the cause
+    (its peers then fail with "connection closed"); else the first Python error any rank recorded (later ones
+    are consequences); else what torchrun reported.
+    """
+    errors = _read_errors(run_dir)
+    if returncode == 0 and all_results(run_dir, nprocs):
+        return None  # errors of earlier attempts (an elastic run that restarted) are not this run's failure
+    last = max([e.get("attempt", 0) for e in errors], default=0)
+    errors = [e for e in errors if e.get("attempt", 0) == last]  # the attempt that ended the run
+    log = (run_dir / "torchrun.log").read_text(errors="replace") if (run_dir / "torchrun.log").exists() else ""
+    failures = torchrun_failures(log)
+    with_error = {e["rank"] for e in errors}
+    signalled = sorted(r for r, code in failures.items() if code < 0 and r not in with_error
+                       and -code != signal.SIGTERM and not (run_dir / f"rank{r}.json").exists())
+    if signalled:
+        r = signalled[0]
+        name = _signal_name(failures[r])
+        return RankFailed(r, f"killed by {name} (no Python error: the process was killed from outside, e.g. by the "
+                             "OOM killer or a kill command)", logs=_rank_log(run_dir, r), signal_name=name)
+    if errors:
+        first = min(errors, key=lambda e: e["time"])
+        return RankFailed(first["rank"], first["error"], first["traceback"], _rank_log(run_dir, first["rank"]))
+    if failures:
+        r = min(failures)
+        code = failures[r]
+        what = f"killed by {_signal_name(code)}" if code < 0 else f"exited with code {code} without a Python error"
+        return RankFailed(r, what, logs=_rank_log(run_dir, r), signal_name=_signal_name(code) if code < 0 else None)
+    return RuntimeError(f"torchrun exited with code {returncode} and no rank reported a failure.\n"
+                        + log_tails(run_dir, nprocs))
+
+
+def log_tails(run_dir: Path, nprocs: int) -> str:
+    tails = [f"--- rank {r} ---\n" + "\n".join(_rank_log(run_dir, r).splitlines()[-5:]) for r in range(nprocs)
+             if (run_dir / f"rank{r}.log").exists()]
+    torchrun = (run_dir / "torchrun.log").read_text(errors="replace") if (run_dir / "torchrun.log").exists() else ""
+    return "\n".join(tails + ["--- torchrun ---", *torchrun.splitlines()[-12:]])
+
+
+def read_results(run_dir: Path, nprocs: int | None = None) -> list[dict]:
+    """Each rank's result of the run whose job.json is in run_dir, in rank order — all from that one run.
+
+    Refuses results of another run (a different run id), a missing rank, or a world size that disagrees.
+    """
+    job = json.loads((run_dir / "job.json").read_text())
+    results = {}
+    for f in run_dir.glob("rank*.json"):
+        if f.name.endswith(".error.json"):
+            continue
+        r = json.loads(f.read_text())
+        if r.get("dist", {}).get("run_id") != job["run_id"]:
+            raise RuntimeError(f"{f} belongs to another run than {run_dir / 'job.json'}")
+        results[r["dist"]["rank"]] = r
+    worlds = {r["dist"]["world_size"] for r in results.values()}
+    if len({r["dist"].get("restarts", 0) for r in results.values()}) > 1:
+        raise RuntimeError(f"results in {run_dir} come from different attempts of an elastic run")
+    if len(worlds) > 1:
+        raise RuntimeError(f"results in {run_dir} disagree on the world size: {sorted(worlds)}")
+    world = nprocs if nprocs is not None else (worlds.pop() if worlds else 0)
+    missing = [r for r in range(world) if r not in results]
+    if missing or not world:
+        raise RuntimeError(f"rank(s) {missing or 'all'} of {run_dir} finished without writing a result")
+    return [results[r] for r in range(world)]

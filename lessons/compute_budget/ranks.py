@@ -1,0 +1,62 @@
+"""Lesson 12's rank function: weak scaling of DDP on this machine (each rank keeps its own batch size).
+
+Launched from notebooks/12_compute_budget.ipynb through lessons/compute_budget/, or by hand:
+
+    $ python -m labtools.parallel make-job lessons.compute_budget.ranks:weak_scaling '{"steps": 10}' --run-dir RUN
+    $ torchrun --standalone --nproc-per-node 2 -m labtools.parallel.worker RUN/job.json
+"""
+
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from labtools.config import LabConfig
+from labtools.optim import param_groups
+from labtools.parallel.toolkit import build_gpt, global_batch, rank, rank_rows, report_progress, world_size
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScalingJob(LabConfig):
+    rounds: int = 3        # alternating rounds of (rank 0 alone, every rank with DDP)
+
+
+def _steps(model, opt, batches) -> float:
+    """Seconds for forward, backward and AdamW over the given batches (after they are drawn)."""
+    t0 = time.perf_counter()
+    for X, Y in batches:
+        _, loss = model(X, Y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return time.perf_counter() - t0
+
+
+def weak_scaling(job: ScalingJob) -> dict:
+    """Tokens per second of rank 0 training alone (the other ranks wait at a barrier, their cores idle) and of
+    every rank training together under DDP, each rank with the same job.batch_size rows: alternating rounds, so
+    that drift on a shared machine hits both alike. One thread per rank (torchrun's OMP_NUM_THREADS=1)."""
+    g = torch.Generator().manual_seed(job.seed)
+    solo = build_gpt(job)
+    solo_opt = torch.optim.AdamW(param_groups(solo, 0.1), lr=job.lr)
+    ddp = DDP(build_gpt(job))
+    ddp_opt = torch.optim.AdamW(param_groups(ddp.module, 0.1), lr=job.lr)
+    N, tokens = world_size(), job.batch_size * job.block_size
+    rows = [global_batch(job, g, N * job.batch_size) for _ in range(job.steps + 1)]
+    mine = [(rank_rows(X), rank_rows(Y)) for X, Y in rows]
+    _steps(ddp, ddp_opt, mine[:1])  # warm-up: DDP's first step builds its buckets
+    if rank() == 0:
+        _steps(solo, solo_opt, mine[:1])
+    out = {"solo_tokens_per_s": [], "ddp_tokens_per_s": []}
+    for r in range(job.rounds):
+        dist.barrier()
+        if rank() == 0:
+            out["solo_tokens_per_s"].append(job.steps * tokens / _steps(solo, solo_opt, mine[1:]))
+        dist.barrier()
+        seconds = _steps(ddp, ddp_opt, mine[1:])
+        out["ddp_tokens_per_s"].append(N * job.steps * tokens / seconds)  # the whole group's tokens
+        report_progress(r + 1, job.rounds, "weak scaling")
+    del ddp, ddp_opt
+    return out

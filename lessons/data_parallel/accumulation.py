@@ -1,0 +1,57 @@
+"""Section 3 of lesson 07: gradient accumulation under DDP (no_sync, the loss-normalisation bug) and DDP's buckets."""
+
+import plotly.graph_objects as go
+
+from labtools import plots
+from labtools.claims import Findings, Ledger, approx, at_least, at_most
+from labtools.parallel import launch
+from lessons.data_parallel import TIMEOUT_S, Settings, ranks
+
+
+def run(S: Settings, world: int = 2) -> list[dict]:
+    return launch(ranks.accumulation, world, S, desc=f"accumulation × {world}", timeout_s=TIMEOUT_S)
+
+
+ACCUM_NAMES = {"no_sync": "no_sync() on k−1", "sync_every_micro_batch": "no no_sync()",
+               "no_sync_sum_bug": "loss not ÷ k"}
+
+
+def figure(acc: list[dict], k: int) -> go.Figure:
+    a = acc[0]
+    fig = plots.subplots(1, 2, (f"all-reduce calls per step (k = {k} micro-batches)",
+                                "‖gradient‖ ÷ ‖one-process gradient‖"))
+    fig.add_trace(go.Bar(x=list(ACCUM_NAMES.values()), y=[a[n]["allreduce_calls"] for n in ACCUM_NAMES],
+                         marker_color=plots.color(0), texttemplate="%{y}", showlegend=False), row=1, col=1)
+    fig.add_trace(go.Bar(x=list(ACCUM_NAMES.values()), y=[a[n]["norm_ratio"] for n in ACCUM_NAMES],
+                         marker_color=plots.color(1), texttemplate="%{y:.2f}", showlegend=False), row=1, col=2)
+    return fig
+
+
+def buckets_figure(acc: list[dict]) -> go.Figure:
+    b = acc[0]["buckets"]
+    caps = list(b)
+    return plots.bars([f"{c} MB" for c in caps], {"buckets all-reduced per step": [b[c]["buckets"] for c in caps]},
+                      title=f"DDP buckets vs bucket_cap_mb (gradients: {acc[0]['grad_bytes'] / 2**20:.2f} MiB)",
+                      yaxis="buckets")
+
+
+def findings(ledger: Ledger, acc: list[dict]) -> Findings:
+    a, b = acc[0], acc[0]["buckets"]
+    calls_with, calls_without = a["no_sync"]["allreduce_calls"], a["sync_every_micro_batch"]["allreduce_calls"]
+    k = calls_without // calls_with
+    caps = list(b)
+    ledger.add("accum_equal", f"{k} micro-batches with no_sync() ≡ one batch of {k}× (max |Δg|)",
+               a["no_sync"]["max_diff"], at_most(1e-6), kind="measured")
+    ledger.add("no_sync_saves", f"Without no_sync() DDP all-reduces {k}× as often (calls without ÷ with)",
+               calls_without / calls_with, approx(k, abs=1e-9), kind="measured")
+    ledger.add("sum_bug", f"Not dividing the micro-batch loss by k makes the gradient k = {k}× too large",
+               a["no_sync_sum_bug"]["norm_ratio"], approx(k, rel=1e-4), kind="measured")
+    ledger.add("buckets", "Smaller bucket_cap_mb → more buckets per step (smallest cap ÷ largest cap)",
+               b[caps[0]]["buckets"] / b[caps[-1]]["buckets"], at_least(2), kind="measured")
+    return Findings([
+        f"`no_sync()` on the first {k - 1} micro-batches: **{calls_with}** all-reduce call(s) per step; without it "
+        f"{calls_without}, with the same gradients (max |Δ| {a['sync_every_micro_batch']['max_diff']:.1e}).",
+        f"Not dividing each micro-batch's loss by k: gradients "
+        f"**{a['no_sync_sum_bug']['norm_ratio']:.2f}×** too large.",
+        "Buckets per step: " + ", ".join(f"{v['buckets']} at {c} MB" for c, v in b.items()) + ".",
+    ])

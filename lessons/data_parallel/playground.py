@@ -1,0 +1,43 @@
+"""Section 4 of lesson 07: the panel — world size, accumulation and bucket size → a real DDP launch (cached)."""
+
+import statistics
+from dataclasses import replace
+
+import ipywidgets as W
+import plotly.graph_objects as go
+
+from labtools import plots
+from labtools.parallel import launch
+from labtools.widgets import Panel, RunCache, options_with
+from lessons.data_parallel import TIMEOUT_S, Settings, ranks
+
+
+def ddp_panel(S: Settings) -> tuple[Panel, RunCache]:
+    """World size, accumulation and bucket size → a DDP run (a real launch, cached). Starts at the notebook's
+    own accumulation, on the world size of its accumulation run."""
+    def run(world, accum_k, bucket_cap_mb):
+        res = launch(ranks.panel_run, world, replace(S, bucket_cap_mb=bucket_cap_mb, accum_k=accum_k,
+                                                 steps=max(5, S.steps // 2)),
+                     desc=f"DDP × {world}, k={accum_k}", timeout_s=TIMEOUT_S)
+        return res[0]
+
+    cache = RunCache(run)
+
+    def draw(world, accum_k, bucket_cap_mb):
+        r = cache(world=world, accum_k=accum_k, bucket_cap_mb=bucket_cap_mb)
+        fig = plots.subplots(1, 2, (f"loss ({r['tokens_per_step']:,} tokens/step = {S.batch_size} seq × "
+                                    f"{S.block_size} × {world} ranks × {accum_k})", "all-reduce calls per step"),
+                             title=f"median {statistics.median(r['seconds']) * 1e3:.0f} ms per step")
+        fig.add_trace(go.Scatter(y=r["losses"], mode="lines+markers", showlegend=False), row=1, col=1)
+        fig.add_trace(go.Bar(y=r["allreduce_calls"], showlegend=False, marker_color=plots.color(1)), row=1, col=2)
+        return fig
+
+    controls = {
+        "world": W.SelectionSlider(options=options_with([1, 2, 3, 4], min(S.world_sizes)), value=min(S.world_sizes),
+                                   description="ranks", continuous_update=False),
+        "accum_k": W.SelectionSlider(options=options_with([1, 2, 4, 8], S.accum_k), value=S.accum_k,
+                                     description="accumulation", continuous_update=False),
+        "bucket_cap_mb": W.SelectionSlider(options=[0.01, 0.05, 1.0, 25.0], value=25.0, description="bucket MB",
+                                           continuous_update=False),
+    }
+    return Panel(draw, controls, title="A DDP run of your choice (each new setting launches once)"), cache

@@ -1,0 +1,195 @@
+"""Lesson 07's rank functions: data parallelism written out, DDP, accumulation with no_sync, buckets.
+
+Launched from notebooks/07_data_parallel.ipynb through the section modules, or by hand (the config is the
+lesson's Settings; fields left out keep their defaults):
+
+    $ python -m labtools.parallel make-job lessons.data_parallel.ranks:equivalence '{"steps": 20}' --run-dir RUN
+    $ torchrun --standalone --nproc-per-node 2 -m labtools.parallel.worker RUN/job.json
+
+`single_process_losses` runs in the launching process: the reference the ranks are compared with.
+"""
+
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from labtools.optim import param_groups
+from labtools.parallel.comm import DDPCommCounter, WireBytes, ring_all_reduce
+from labtools.parallel.toolkit import (accumulate, build_gpt, global_batch, mean_over_ranks, rank_rows, report_progress,
+                                       train_step, world_size)
+from labtools.plan import collective_bytes
+from lessons.data_parallel import Settings
+
+
+def naive_data_parallel_grads(model: torch.nn.Module, X: torch.Tensor, Y: torch.Tensor) -> None:
+    """Data parallelism written out: each rank back-propagates its own shard, then every gradient is summed
+    over the ranks (all_reduce) and divided by the number of ranks — the gradient of the mean loss over the
+    global batch. One collective per parameter: DDP does the same arithmetic, bucketed and overlapped."""
+    _, loss = model(X, Y)
+    loss.backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)  # SUM over ranks
+        p.grad /= world_size()
+
+
+def _max_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    return max((x - y).abs().max().item() for x, y in zip(a, b))
+
+
+def _adamw(model: torch.nn.Module, job: Settings) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(param_groups(model, 0.1), lr=job.lr, betas=(0.9, 0.95))
+
+
+def _grads(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [p.grad for p in model.parameters()]
+
+
+WIRE_REPEATS = 5
+
+
+def equivalence(job: Settings) -> dict:
+    """N ranks × batch B against one process × batch N·B: gradients (naive all-reduce and DDP), the ring
+    all-reduce against dist.all_reduce, and job.steps AdamW steps of DDP (the global loss per step)."""
+    N = world_size()
+    X, Y = global_batch(job, torch.Generator().manual_seed(job.seed), N * job.batch_size)
+
+    reference = build_gpt(job)  # every rank computes the one-process gradient on the whole batch
+    reference(X, Y)[1].backward()
+    ref_grads = _grads(reference)
+
+    naive = build_gpt(job)
+    naive_data_parallel_grads(naive, rank_rows(X), rank_rows(Y))
+
+    counter = DDPCommCounter()
+    ddp = DDP(build_gpt(job))
+    ddp.register_comm_hook(None, counter.hook)
+    ddp(rank_rows(X), rank_rows(Y))[1].backward()
+    grads = [g.clone() for g in _grads(ddp)]
+    ddp_bytes, ddp_buckets = counter.bytes, counter.calls  # one backward's (the wire repeats more below)
+
+    local = torch.cat([p.grad.flatten() for p in naive.parameters()]) * N  # a summed gradient, once more
+    ring, torch_sum = local.clone(), local.clone()
+    sent = ring_all_reduce(ring)
+    dist.all_reduce(torch_sum)
+    # Bytes on the loopback interface, all ranks together (gloo ranks only), over WIRE_REPEATS repetitions of each:
+    # other local traffic (a notebook's messages) and barrier bytes shrink relative to the collective's.
+    with WireBytes() as ring_wire:
+        for _ in range(WIRE_REPEATS):
+            ring_all_reduce(local.clone())
+    with WireBytes() as torch_wire:
+        for _ in range(WIRE_REPEATS):
+            dist.all_reduce(local.clone())
+    with WireBytes() as ddp_wire:
+        for _ in range(WIRE_REPEATS):
+            ddp(rank_rows(X), rank_rows(Y))[1].backward()
+    wire = {"ring": ring_wire.bytes, "all_reduce": torch_wire.bytes, "ddp_step": ddp_wire.bytes}
+    grad_bytes = sum(p.numel() * p.element_size() for p in ddp.parameters())
+    return {"naive_max_diff": _max_diff(_grads(naive), ref_grads), "ddp_max_diff": _max_diff(grads, ref_grads),
+            "ring_max_diff": (ring - torch_sum).abs().max().item(), "ring_bytes_sent": sent,
+            "ring_bytes_formula": collective_bytes("all_reduce", local.numel() * local.element_size(), N),
+            "grad_bytes": grad_bytes,
+            "ddp_allreduce_bytes": ddp_bytes, "ddp_buckets": ddp_buckets, "ddp_run": _train_ddp(job),
+            "wire": {k: None if v is None else v / WIRE_REPEATS for k, v in wire.items()}}
+
+
+TRAJECTORY_CHECKS = 4  # steps of the DDP run at which its gradients are compared with one process's
+
+
+def _train_ddp(job: Settings) -> dict:
+    """job.steps AdamW steps with DDP, each rank on its rows of the same global batches: the global loss per step,
+    and at TRAJECTORY_CHECKS steps spread over the run the largest difference between DDP's gradient and the
+    gradient one process computes on the whole batch at the same weights, relative to that gradient's largest entry
+    (the equivalence along the trajectory, which rounding cannot make flaky the way two separately trained loss
+    curves can)."""
+    model = DDP(build_gpt(job))
+    opt = _adamw(model.module, job)
+    reference = build_gpt(job)
+    check_at = {round(i * (job.steps - 1) / (TRAJECTORY_CHECKS - 1)) for i in range(TRAJECTORY_CHECKS)}
+    g = torch.Generator().manual_seed(job.seed + 1)
+    losses, grad_diffs = [], {}
+    for step in range(job.steps):
+        X, Y = global_batch(job, g, world_size() * job.batch_size)
+        loss = accumulate(model, [(rank_rows(X), rank_rows(Y))])
+        if step in check_at:
+            reference.load_state_dict(model.module.state_dict())
+            reference.zero_grad(set_to_none=True)
+            reference(X, Y)[1].backward()
+            largest = max(t.abs().max().item() for t in _grads(reference))
+            grad_diffs[step] = _max_diff(_grads(model.module), _grads(reference)) / largest
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(mean_over_ranks(loss))
+        report_progress(step + 1, job.steps, "DDP")
+    return {"losses": losses, "grad_diffs": grad_diffs}
+
+
+def single_process_losses(job: Settings, world: int, micro_batches: int = 1) -> list[float]:
+    """The same steps as _train_ddp in one process on the whole world × batch_size rows (run by the launcher);
+    with micro_batches = world, accumulated in the blocks the ranks hold: DDP's arithmetic in another order."""
+    model = build_gpt(job)
+    opt = _adamw(model, job)
+    g = torch.Generator().manual_seed(job.seed + 1)
+    losses = []
+    for _ in range(job.steps):
+        X, Y = global_batch(job, g, world * job.batch_size)
+        losses.append(train_step(model, opt, list(zip(X.chunk(micro_batches), Y.chunk(micro_batches)))))
+    return losses
+
+
+def accumulation(job: Settings) -> dict:
+    """Gradient accumulation under DDP: all-reduces per step with and without no_sync(), the gradient with the
+    right and the wrong loss normalisation, and buckets per step for several bucket_cap_mb."""
+    N, k = world_size(), job.accum_k
+    X, Y = global_batch(job, torch.Generator().manual_seed(job.seed), N * job.batch_size * k)
+    micro = [(rank_rows(X, i, k), rank_rows(Y, i, k)) for i in range(k)]
+
+    reference = build_gpt(job)
+    reference(X, Y)[1].backward()  # one process, all N·B·k rows: what accumulation must reproduce
+    ref_grads = _grads(reference)
+    ref_norm = torch.linalg.vector_norm(torch.cat([g.flatten() for g in ref_grads])).item()
+
+    out = {}
+    for name, no_sync, normalize in (("no_sync", True, True), ("sync_every_micro_batch", False, True),
+                                     ("no_sync_sum_bug", True, False)):
+        counter = DDPCommCounter()
+        model = DDP(build_gpt(job))
+        model.register_comm_hook(None, counter.hook)
+        accumulate(model, micro, normalize=normalize, no_sync=no_sync)
+        norm = torch.linalg.vector_norm(torch.cat([g.flatten() for g in _grads(model)])).item()
+        out[name] = {"allreduce_calls": counter.calls, "allreduce_bytes": counter.bytes,
+                     "max_diff": _max_diff(_grads(model), ref_grads), "norm_ratio": norm / ref_norm}
+    buckets = {}
+    for cap in job.bucket_caps_mb:
+        counter = DDPCommCounter()
+        model = DDP(build_gpt(job), bucket_cap_mb=cap)
+        model.register_comm_hook(None, counter.hook)
+        for _ in range(2):  # DDP re-builds its buckets after the first backward: count the second
+            counter.reset()
+            model(*micro[0])[1].backward()
+        buckets[str(cap)] = {"buckets": counter.calls, "bucket_bytes": counter.bucket_bytes}
+    out["buckets"] = buckets
+    out["grad_bytes"] = sum(g.numel() * g.element_size() for g in ref_grads)
+    return out
+
+
+def panel_run(job: Settings) -> dict:
+    """The panel's run: DDP with accumulation (no_sync) and a bucket size; loss, all-reduces and time per step."""
+    N, k = world_size(), job.accum_k
+    model = DDP(build_gpt(job), bucket_cap_mb=job.bucket_cap_mb)
+    counter = DDPCommCounter()
+    model.register_comm_hook(None, counter.hook)
+    opt = _adamw(model.module, job)
+    g = torch.Generator().manual_seed(job.seed + 1)
+    losses, calls, seconds = [], [], []
+    for step in range(job.steps):
+        t0 = time.perf_counter()
+        counter.reset()
+        X, Y = global_batch(job, g, N * job.batch_size * k)
+        losses.append(train_step(model, opt, [(rank_rows(X, i, k), rank_rows(Y, i, k)) for i in range(k)]))
+        calls.append(counter.calls)
+        seconds.append(time.perf_counter() - t0)
+        report_progress(step + 1, job.steps)
+    return {"losses": losses, "allreduce_calls": calls, "seconds": seconds,
+            "tokens_per_step": N * job.batch_size * k * job.block_size}

@@ -1,0 +1,96 @@
+"""Lesson 11, sections 4–5: sharded checkpoints saved on N ranks and loaded on M, and an elastic restart."""
+
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+
+from labtools import plots
+from labtools.claims import Ledger, approx, is_true
+from labtools.config import derive
+from labtools.parallel import launch
+from lessons.fault_tolerance import Settings, ranks
+from lessons.fault_tolerance.ranks import ElasticJob, ShardJob
+
+
+def shard_job(S: Settings, directory: Path) -> ShardJob:
+    return derive(ShardJob, S, batch_size=4, steps=S.dist_steps, directory=str(directory))
+
+
+def elastic_job(S: Settings, directory: Path, kill: bool) -> ElasticJob:
+    return derive(ElasticJob, S, batch_size=4, steps=S.elastic_steps, directory=str(directory),
+                  every=max(1, S.elastic_steps // 4), kill_at=S.kill_at if kill else 0)
+
+
+def run(S: Settings, workdir: Path) -> dict:
+    d = workdir / "dcp"
+    d.mkdir()
+    saved = launch(ranks.sharded_save, S.save_world, shard_job(S, d), desc=f"FSDP × {S.save_world}: train, save",
+                   timeout_s=None)
+    loaded = launch(ranks.sharded_load, S.load_world, shard_job(S, d), desc=f"FSDP × {S.load_world}: load",
+                    timeout_s=None)
+    return {"saved": saved, "loaded": loaded}
+
+
+def run_elastic(S: Settings, workdir: Path) -> dict:
+    out = {}
+    for kill in (False, True):
+        d = workdir / f"elastic_{'killed' if kill else 'whole'}"
+        d.mkdir()
+        out["killed" if kill else "whole"] = launch(
+            ranks.elastic, 2, elastic_job(S, d, kill), max_restarts=1 if kill else 0, timeout_s=None,
+            desc="DDP × 2, rank 1 killed" if kill else "DDP × 2, uninterrupted")
+    return out
+
+
+def findings(ledger: Ledger, S: Settings, sh: dict) -> str:
+    s, ld = sh["saved"][0], sh["loaded"][0]
+    ledger.add("reshard_model", f"Saved at {S.save_world} ranks, loaded at {S.load_world}: the whole model is bitwise "
+               "the saved one (sha256 of the gathered tensors, measured)", s["model_digest"] == ld["model_digest"],
+               is_true(), kind="measured")
+    ledger.add("reshard_optim", "… and so is the optimizer state (measured)", s["optim_digest"] == ld["optim_digest"],
+               is_true(), kind="measured")
+    ledger.add("one_file_per_rank", f"DCP wrote one shard file per saving rank ({S.save_world}) plus .metadata "
+               "(counted)", len([f for f in s["files"] if f.endswith(".distcp")]), approx(S.save_world, abs=0),
+               kind="measured")
+    blocking = float(np.median([r["blocking_s"] for r in sh["saved"]]))
+    ret = float(np.median([r["async_return_s"] for r in sh["saved"]]))
+    done = float(np.median([r["async_done_s"] for r in sh["saved"]]))
+    ledger.note("dcp_seconds", {"blocking": blocking, "async_return": ret, "async_done": done})
+    return (f"Each of {S.save_world} ranks wrote only its own shards ({', '.join(s['files'])}); the coordinator wrote "
+            f".metadata last — the map from every tensor's global layout to the slices in each file. {S.load_world} "
+            "ranks then asked for *their* slices under the new layout, and the gathered model and optimizer state "
+            "were bitwise the saved ones; training went on from there "
+            f"(next loss {ld['next_loss']:.3f}). Timed here (one run, median over ranks): blocking `dcp.save` "
+            f"{blocking * 1e3:.0f} ms; `dcp.async_save` returned after {ret * 1e3:.0f} ms and finished after "
+            f"{done * 1e3:.0f} ms. At this size the fixed costs dominate; at scale the gap is the point: PyTorch "
+            "reported 148.8 s blocking against a 6.3 s stall with async saves for a large distributed model (their "
+            "async DCP blog post) — the section below turns that into lost hours.")
+
+
+def elastic_figure(el: dict) -> go.Figure:
+    whole, killed = el["whole"][0], el["killed"][0]
+    fig = go.Figure([go.Scatter(x=list(range(1, len(whole["losses"]) + 1)), y=whole["losses"], name="uninterrupted",
+                                line=dict(color=plots.color(0))),
+                     go.Scatter(x=list(range(1, len(killed["losses"]) + 1)), y=killed["losses"],
+                                name=f"rank 1 killed, restarted {killed['restarts']}×",
+                                line=dict(color=plots.color(1), dash="dot"))])
+    fig.add_vline(x=killed["resumed_from"], line=dict(color="grey", dash="dash"),
+                  annotation_text=f"resumed from step {killed['resumed_from']}")
+    return plots.style(fig, "Elastic DDP: a rank SIGKILLed, torchrun restarts the group", "step", "training loss")
+
+
+def elastic_findings(ledger: Ledger, S: Settings, el: dict) -> str:
+    whole, killed = el["whole"], el["killed"]
+    ledger.add("elastic_restarts", "torchrun restarted the group once after the SIGKILL (each rank's restart count, "
+               "measured)", min(r["restarts"] for r in killed), approx(1, abs=0), kind="measured")
+    ledger.add("elastic_bitwise", "The restarted run's final parameters and every loss equal the uninterrupted run's "
+               "bitwise (measured)", killed[0]["digest"] == whole[0]["digest"]
+               and killed[0]["losses"] == whole[0]["losses"], is_true(), kind="measured")
+    every = max(1, S.elastic_steps // 4)
+    return (f"Rank 1 killed itself with SIGKILL before step {S.kill_at} — no Python error, no message, as the OOM "
+            "killer or a failed GPU would do it. torchrun saw it, stopped rank 0, and started both again "
+            f"(`launch(..., max_restarts=1)`; restart count {killed[0]['restarts']}). The new ranks found the "
+            f"checkpoint of step {killed[0]['resumed_from']} (one every {every} steps), resumed, and finished with "
+            "parameters bitwise equal to the uninterrupted run's. The failed attempt's errors did not fail the run "
+            "that later succeeded, and no process was left behind (tests/test_dist.py checks both).")

@@ -1,0 +1,33 @@
+"""Lesson 08, section 4: FSDP's training curve against DDP's."""
+
+import plotly.graph_objects as go
+
+from labtools import plots
+from labtools.claims import Ledger, at_most
+from labtools.parallel import launch
+from lessons.fsdp_zero import TIMEOUT_S, Settings, ranks
+
+
+def run(S: Settings, world: int = 2) -> list[dict]:
+    return launch(ranks.equivalence, world, S, desc=f"FSDP vs DDP × {world}", timeout_s=TIMEOUT_S)
+
+
+def figure(eq: list[dict]) -> go.Figure:
+    r0 = eq[0]
+    fig = go.Figure([go.Scatter(y=r0["DDP"]["losses"], mode="lines", name="DDP", line=dict(width=4), opacity=0.4),
+                     go.Scatter(y=r0["FSDP"]["losses"], mode="lines+markers", name="FSDP2 (ZeRO-3)",
+                                line=dict(dash="dot"))])
+    return plots.style(fig, "Training loss: FSDP vs DDP on the same data", "step", "loss")
+
+
+def findings(ledger: Ledger, eq: list[dict]) -> str:
+    r0 = eq[0]
+    grads = {name: max(r[name]["grad_max_diff"] for r in eq) for name in ("DDP", "FSDP")}
+    curve = max(abs(a - b) for a, b in zip(r0["FSDP"]["losses"], r0["DDP"]["losses"]))
+    steps = len(r0["FSDP"]["losses"])
+    ledger.add("fsdp_grads", "FSDP's first-step gradients equal one process on the whole batch (max |Δ| over ranks)",
+               grads["FSDP"], at_most(1e-6), kind="measured")
+    ledger.add("fsdp_curve", f"FSDP and DDP loss curves agree over {steps} steps (max |Δ loss|)", curve, at_most(0.01),
+               kind="measured")
+    return (f"First-step gradients against one process on the whole batch: DDP {grads['DDP']:.1e}, FSDP "
+            f"{grads['FSDP']:.1e}. Over {steps} steps the two loss curves differ by at most {curve:.1e}.")

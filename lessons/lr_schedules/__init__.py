@@ -1,0 +1,74 @@
+"""Lesson 02 — learning-rate schedules: warm-up, cosine, linear, WSD, on the same budget.
+
+The settings of notebooks/02_lr_schedules.ipynb and the one training helper its sections share:
+
+    designer.py      the schedules drawn, with a panel
+    equal_budget.py  constant, cosine, linear and WSD on the same number of steps
+    warmup.py        why warm up: the first steps of Adam, with and without
+    wsd.py           WSD: extending a run without starting over
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from labtools import data
+from labtools.config import LabConfig, build_gpt, resolve
+from labtools.device import pick_device
+from labtools.model import GPT
+from labtools.optim import param_groups
+from labtools.train import History, TrainConfig, train
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings(LabConfig):
+    budget: int             # steps of the equal-budget comparison
+    peak_lr: float          # its peak learning rate
+    warmup_lr: float        # the high peak lr of the warmup ablation
+    warmup_steps: int       # length of the warmup ablation runs
+    horizon: int            # the WSD experiment's long horizon; the short one is half of it
+    decay_margin: float | None  # what this profile's runs can show: decaying beats constant by at least this;
+                                # None: runs too short to say (the sign changes with the seed)
+    warmup_margin: float | None  # ... and warmup beats none by at least this (nats); None: runs too short to say
+
+    RANGES = {"BUDGET": (50, 1_000_000), "PEAK_LR": (1e-6, 1.0), "WARMUP_LR": (1e-6, 1.0),
+              "WARMUP_STEPS": (50, 1_000_000), "HORIZON": (50, 1_000_000)}
+
+
+PROFILES = {
+    "smoke": Settings(profile="smoke", n_layer=2, n_embd=64, block_size=64, batch_size=16, budget=180, peak_lr=1e-2,
+                      warmup_lr=3e-2, warmup_steps=150, horizon=180, decay_margin=None, warmup_margin=None),
+    "cpu": Settings(profile="cpu", n_layer=2, n_embd=64, block_size=64, batch_size=16, budget=600, peak_lr=1e-2,
+                    warmup_lr=3e-2, warmup_steps=400, horizon=600, decay_margin=0.05, warmup_margin=None),
+    "gpu": Settings(profile="gpu", n_layer=6, n_embd=384, block_size=256, batch_size=64, budget=3000, peak_lr=3e-3,
+                    warmup_lr=1e-2, warmup_steps=2000, horizon=4000, decay_margin=0.02, warmup_margin=0.05),
+}
+
+
+def settings(profile: str = "auto", **overrides) -> Settings:
+    """Validated settings for a profile; None-valued overrides keep the profile's value."""
+    return resolve(PROFILES, profile, **overrides)
+
+
+def corpus() -> data.Corpus:
+    return data.text()
+
+
+BETAS = (0.9, 0.95)  # every run of this lesson
+
+
+def build(S: Settings, lr: float) -> tuple[GPT, torch.optim.Optimizer]:
+    model = build_gpt(S, device=pick_device())
+    return model, torch.optim.AdamW(param_groups(model, 0.1), lr=lr, betas=BETAS)
+
+
+def train_run(S: Settings, schedule, steps: int, lr: float, *, desc: str, start_step: int = 0, model=None,
+              optimizer=None, callback=None, grad_clip: float | None = 1.0) -> History:
+    if model is None:
+        model, optimizer = build(S, lr)
+    # Every claim reads final validation losses (20 batches, the same each time); five estimates along a run
+    # draw the curves: evaluation would otherwise cost as much as a third of the run.
+    cfg = TrainConfig(steps=steps, batch_size=S.batch_size, block_size=S.block_size, lr=lr, lr_schedule=schedule,
+                      eval_every=max(1, steps // 5), eval_batches=20, seed=S.seed, start_step=start_step,
+                      grad_clip=grad_clip, desc=desc)
+    return train(model, corpus(), cfg, optimizer=optimizer, callback=callback)

@@ -1,0 +1,106 @@
+"""Lesson 06, section 2: published memory tables, reproduced by the estimate."""
+
+import plotly.graph_objects as go
+
+from labtools import plots
+from labtools.budget import estimate
+from labtools.claims import Ledger, approx, at_most, is_true
+from lessons.memory_budget import GB
+from lessons.memory_budget.calculator import PART_ORDER
+
+
+def _row(name, b) -> tuple:
+    p = b.parts
+    return (name, *(f"{p.get(k, 0) / GB:,.1f}" for k in PART_ORDER[:4]), f"{b.model_states / GB:,.1f}",
+            f"{b.bytes_per_param():.1f}")
+
+
+HEADER = ("", "weights", "gradients", "fp32 master", "optimizer", "model states (GB)", "bytes/param")
+
+
+def table_7b() -> tuple[go.Figure, dict]:
+    rows = {"fp32 + Adam": estimate(7_000_000_000, precision="fp32", optimizer="adam"),
+            "bf16 mixed + AdamW": estimate(7_000_000_000, precision="bf16-mixed", optimizer="adamw")}
+    return plots.table(HEADER, [_row(k, v) for k, v in rows.items()], title="7B parameters, one GPU"), rows
+
+
+def table_7b_findings(ledger: Ledger, rows: dict) -> str:
+    fp32, mixed = rows["fp32 + Adam"].total / GB, rows["bf16 mixed + AdamW"].total / GB
+    ledger.add("7b_fp32", "7B, fp32 + Adam: 16 bytes/param = 112 GB (computed)", fp32, approx(112, abs=1e-9),
+               source="seeds", kind="computed")
+    ledger.add("7b_mixed", "7B, bf16 mixed + AdamW: also 16 bytes/param = 112 GB (mixed precision saves activations "
+               "and time, not model states; computed)", mixed, approx(112, abs=1e-9), source="seeds", kind="computed")
+    return f"Computed: fp32 + Adam {fp32:.0f} GB, bf16 mixed + AdamW {mixed:.0f} GB."
+
+
+def table_70b() -> tuple[go.Figure, dict]:
+    rows = {"DDP on 8 GPUs": estimate(70_000_000_000, dp=8),
+            "FSDP FULL_SHARD on 8 GPUs": estimate(70_000_000_000, zero_stage="FULL_SHARD", dp=8)}
+    return plots.table(HEADER, [_row(k, v) for k, v in rows.items()], title="70B, bf16 mixed + AdamW, per GPU"), rows
+
+
+def table_70b_findings(ledger: Ledger, rows: dict) -> str:
+    ddp, fsdp = rows["DDP on 8 GPUs"].total / GB, rows["FSDP FULL_SHARD on 8 GPUs"].total / GB
+    ledger.add("70b_fsdp", "70B, FULL_SHARD on 8 GPUs: 140 GB per GPU of model states (computed)", fsdp,
+               approx(140, abs=1e-9), source="seeds", kind="computed")
+    ledger.add("70b_ddp", "70B, DDP on 8 GPUs: every GPU holds all 1120 GB (computed)", ddp, approx(1120, abs=1e-9),
+               kind="computed")
+    ledger.add("70b_fits", "… and even sharded, 140 GB does not fit an 80 GB GPU (computed)", fsdp > 80, is_true(),
+               source="seeds state 140 GB/GPU without saying this", kind="computed")
+    return f"Computed: DDP {ddp:,.0f} GB per GPU, FULL_SHARD {fsdp:,.0f} GB per GPU."
+
+
+def table_zero(n_params: int = 7_500_000_000, dp: int = 64) -> tuple[go.Figure, dict]:
+    """The ZeRO paper's Figure 1 example: Ψ = 7.5B, N_d = 64, mixed-precision Adam (K = 12)."""
+    rows = {f"ZeRO-{z}": estimate(n_params, zero_stage=z, dp=dp) for z in range(4)}
+    base = rows["ZeRO-0"].total
+    body = [(k, f"{v.total / GB:.1f}", f"{base / v.total:.1f}×", f"{limit}") for (k, v), limit in
+            zip(rows.items(), ("1×", "4× (N → ∞)", "8× (N → ∞)", f"N = {dp}×"))]
+    fig = plots.table(("", f"per GPU (GB), N = {dp}", "reduction", "the '4× / 8× / N×' rule"), body,
+                      title=f"ZeRO stages, Ψ = {n_params / 1e9:g}B, mixed-precision Adam")
+    return fig, rows
+
+
+def zero_reductions(dp: int) -> list[float]:
+    base = estimate(10**9, zero_stage=0, dp=dp).total
+    return [base / estimate(10**9, zero_stage=z, dp=dp).total for z in (1, 2, 3)]
+
+
+def table_zero_findings(ledger: Ledger, rows: dict) -> str:
+    at8, at4096 = zero_reductions(8), zero_reductions(4096)
+    for z, want in zip(range(4), (120.0, 31.4, 16.6, 1.9)):
+        ledger.add(f"zero_{z}", f"ZeRO paper, Ψ = 7.5B, N = 64: stage {z} = {want} GB per GPU (computed)",
+                   round(rows[f"ZeRO-{z}"].total / GB, 1), approx(want, abs=1e-9),
+                   source="Rajbhandari et al. 2020, Fig. 1", kind="computed")
+    ledger.add("zero_4x_at_8", "'ZeRO-1 gives 4×' is the N → ∞ limit: at N = 8 it is 16/(4 + 12/8) (computed)",
+               at8[0], approx(16 / 5.5, rel=1e-9), source="seeds: 4× / 8× / N×", kind="computed")
+    ledger.add("zero_limits", "… and stages 1 and 2 approach 4× and 8× as N grows (N = 4096; computed)",
+               max(abs(at4096[0] - 4) / 4, abs(at4096[1] - 8) / 8), at_most(0.01), kind="computed")
+    return "Reductions at N = 8 (stages 1, 2, 3): " + ", ".join(f"{r:.2f}×" for r in at8) + "."
+
+
+def table_conventions() -> tuple[go.Figure, dict]:
+    rows, budgets = [], {}
+    for name, grads, note in (("16", "param", "bf16 weights 2 + bf16 grads 2 + fp32 master 4 + Adam m, v 8 (the ZeRO "
+                                              "paper's 2 + 2 + 12; Micikevicius et al. 2018)"),
+                              ("18", "fp32", "gradients accumulated in fp32 (4) instead of bf16 (DeepSpeed's ZeRO-3 "
+                                             "estimator: 18/N per GPU)"),
+                              ("20", "param+fp32", "bf16 gradients and an fp32 copy for the optimizer (2 + 4): the "
+                                                   "Ultra-Scale Playbook's 'fp32 grad accumulation', DeepSpeed's "
+                                                   "ZeRO-2 estimator (4 + 16/N)")):
+        b = budgets[name] = estimate(7_000_000_000, grads=grads)
+        rows.append((name, f"{b.bytes_per_param():.0f}", f"{b.total / GB:.0f} GB", f"{b.total / 2**30:.1f} GiB", note))
+    fig = plots.table(("quoted", "computed B/param", "7B in GB", "7B in GiB", "the convention behind it"), rows,
+                      title="Bytes per parameter: three numbers, three conventions", row_height=56)
+    return fig, budgets
+
+
+def conventions_findings(ledger: Ledger, budgets: dict) -> str:
+    per_param = [budgets[k].bytes_per_param() for k in ("16", "18", "20")]
+    gib = budgets["16"].total / 2**30
+    ledger.add("conventions", "16 / 18 / 20 bytes per parameter are three gradient conventions of the same "
+               "mixed-precision Adam (computed)", per_param == [16, 18, 20], is_true(), source="seeds disagree",
+               kind="computed")
+    ledger.add("gib", "112 GB is 104.3 GiB (some tables mix the two; computed)", gib, approx(104.3, abs=0.05),
+               kind="computed")
+    return f"Computed: {', '.join(f'{b:.0f}' for b in per_param)} bytes/param; 7B at 16 bytes/param = {gib:.1f} GiB."

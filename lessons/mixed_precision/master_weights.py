@@ -1,0 +1,93 @@
+"""Lesson 04, section 5: why fp32 master weights — the updates bf16 weights cannot hold."""
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+from labtools import plots
+from labtools.claims import Ledger, at_least, at_most
+from labtools.schedules import bind, warmup_cosine
+from labtools.train import History, StepInfo, TrainConfig, train
+from lessons.mixed_precision import Settings, build, corpus
+
+
+def _unchanged_probe():
+    """Log the fraction of weights a step left exactly unchanged (all, and LayerNorm gains)."""
+    snap = {}
+
+    def probe(info: StepInfo):
+        same = n = 0
+        ln = []
+        for name, p in info.model.named_parameters():
+            prev = snap.get(name)
+            if prev is not None:
+                eq = p.detach() == prev
+                same += eq.sum().item()
+                n += eq.numel()
+                if "ln_" in name and name.endswith("weight"):
+                    ln.append(eq.float().mean().item())
+            snap[name] = p.detach().clone()
+        info.log["unchanged"] = same / n if n else 0.0
+        info.log["ln_unchanged"] = float(np.mean(ln)) if ln else 0.0
+
+    return probe
+
+
+def run(S: Settings) -> dict[str, History]:
+    """Same run twice: fp32 weights with bf16 autocast (mixed precision), and weights stored in bf16 (pure)."""
+    out = {}
+    for name in ("fp32 master + bf16 compute", "pure bf16 weights"):
+        model = build(S)
+        if name.startswith("pure"):
+            model = model.to(torch.bfloat16)
+        opt = torch.optim.AdamW(model.parameters(), lr=S.master_lr, betas=(0.9, 0.95), weight_decay=0.1)
+        cfg = TrainConfig(steps=S.master_steps, batch_size=S.batch_size, block_size=S.block_size, lr=S.master_lr,
+                          precision="bf16" if name.startswith("fp32") else "fp32",
+                          lr_schedule=bind(warmup_cosine, warmup=S.master_steps // 10, total=S.master_steps,
+                                           min_ratio=0.1), eval_every=max(1, S.master_steps // 5), seed=S.seed,
+                          desc=name)
+        out[name] = train(model, corpus(), cfg, optimizer=opt, callback=_unchanged_probe())
+    return out
+
+
+def master_stats(runs: dict[str, History]) -> dict:
+    out = {}
+    for name, h in runs.items():
+        u, ln = np.array(h.extra["unchanged"]), np.array(h.extra["ln_unchanged"])
+        late = slice(len(u) * 3 // 4, None)
+        out[name] = {"unchanged_late": float(u[late].mean()), "ln_unchanged_late": float(ln[late].mean()),
+                     "final_val": h.final_val_loss}
+    return out
+
+
+def figure(runs: dict[str, History]) -> go.Figure:
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("validation loss", "fraction of weights a step left unchanged"))
+    for i, (name, h) in enumerate(runs.items()):
+        c = plots.color(i)
+        fig.add_trace(go.Scatter(x=h.val_step, y=h.val_loss, mode="lines+markers", name=name, line=dict(color=c),
+                                 legendgroup=name), row=1, col=1)
+        fig.add_trace(go.Scatter(x=h.step, y=h.extra["unchanged"], mode="lines", line=dict(color=c), showlegend=False,
+                                 legendgroup=name), row=1, col=2)
+        fig.add_trace(go.Scatter(x=h.step, y=h.extra["ln_unchanged"], mode="lines", line=dict(color=c, dash="dot"),
+                                 name=f"{name}: LayerNorm gains", legendgroup=name), row=1, col=2)
+    fig.update_xaxes(title_text="step")
+    plots.style(fig, height=420)
+    return fig
+
+
+def findings(ledger: Ledger, runs: dict[str, History]) -> str:
+    st = master_stats(runs)
+    a, b = st["fp32 master + bf16 compute"], st["pure bf16 weights"]
+    ledger.add("bf16_stagnates", "Pure bf16 weights: late in training a step leaves most weights unchanged "
+               "(fraction unchanged)", b["unchanged_late"], at_least(0.3), kind="measured")
+    ledger.add("ln_frozen", "… and the LayerNorm gains frozen (fraction unchanged)", b["ln_unchanged_late"],
+               at_least(0.9), kind="measured")
+    ledger.add("master_moves", "With fp32 master weights, almost every weight moves (fraction unchanged)",
+               a["unchanged_late"], at_most(0.01), kind="measured")
+    ledger.note("master", st)
+    return (f"In the last quarter of training, a step left {b['unchanged_late']:.0%} of the pure-bf16 weights exactly "
+            f"unchanged (LayerNorm gains: {b['ln_unchanged_late']:.0%}), against {a['unchanged_late']:.1%} with an "
+            f"fp32 master copy. Final val loss: {b['final_val']:.3f} pure bf16, {a['final_val']:.3f} with the master. "
+            "A bf16 weight near 1.0 can only move in steps of 2⁻⁷; an Adam update of lr × (a fraction) at lr "
+            f"{runs['pure bf16 weights'].lr[-1]:.1e} rounds back to where it was.")

@@ -1,0 +1,158 @@
+"""Lesson 04, section 2: overflow — the residual stream scaled past 65504, in fp16 storage and under autocast."""
+
+import copy
+import math
+
+import ipywidgets as W
+import numpy as np
+import plotly.graph_objects as go
+import torch
+import torch.nn as nn
+
+from labtools import plots
+from labtools.claims import Ledger, at_most, between, is_true
+from labtools.precision import FORMATS
+from labtools.progress import progress
+from labtools.widgets import Panel
+from lessons.mixed_precision import Settings, build, corpus
+
+OVERFLOW_SCALES = tuple(float(10**e) for e in np.arange(0, 7.01, 0.5))
+
+
+def _forward_probe(model: nn.Module, X, Y, k: float, autocast_fp16: bool = False) -> dict:
+    """Forward pass with the embedding output — the start of the residual stream — multiplied by k, in the
+    model's own dtype (fp16/bf16 *storage*: every weight and activation cast) or, with autocast_fp16, with fp32
+    weights under torch.autocast(float16) as mixed-precision training runs. Records each leaf module's largest
+    |output| and the first one that is not finite."""
+    acts, first = {}, []
+    handles = [model.transformer.wte.register_forward_hook(lambda mod, i, o: o * k)]
+    for name, mod in model.named_modules():
+        if name and not list(mod.children()):
+            def hook(mod, i, o, name=name):
+                acts[name] = o.detach().float().abs().max().item()
+                if not math.isfinite(acts[name]) and not first:
+                    first.append(name)
+            handles.append(mod.register_forward_hook(hook))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.float16, enabled=autocast_fp16):
+        _, loss = model(X, Y)
+    for h in handles:
+        h.remove()
+    return {"loss": loss.item(), "first_nonfinite": first[0] if first else None, "acts": acts}
+
+
+def overflow_sweep(S: Settings) -> dict[float, dict]:
+    """For each residual-stream scale k: the model's activations and loss with weights stored in fp32, fp16 and
+    bf16, and with fp32 weights under fp16 autocast ("fp16 autocast")."""
+    base = build(S).cpu().eval()
+    models = {"fp32": base, "fp16": copy.deepcopy(base).half(), "bf16": copy.deepcopy(base).bfloat16()}
+    X, Y = corpus().batch("val", 4, S.block_size, torch.Generator().manual_seed(S.seed))
+    out = {}
+    for k in progress(OVERFLOW_SCALES, desc="overflow sweep"):
+        out[k] = {name: _forward_probe(m, X, Y, k) for name, m in models.items()}
+        out[k]["fp16 autocast"] = _forward_probe(base, X, Y, k, autocast_fp16=True)
+    return out
+
+
+AUTOCAST_SCALES = tuple(float(10**e) for e in np.arange(0, 5.01, 0.5))
+
+
+def autocast_overflow_sweep(S: Settings) -> dict:
+    """Where fp16 autocast does overflow: a matrix product whose output passes 65504. Block 0's first MLP weights
+    are multiplied by k (LayerNorm in front of it cannot help), the model run under fp16 autocast."""
+    model = build(S).cpu().eval()
+    X, Y = corpus().batch("val", 4, S.block_size, torch.Generator().manual_seed(S.seed))
+    w = model.transformer.h[0].mlp.c_fc.weight
+    original = w.detach().clone()
+    out = {"fp32_max": _forward_probe(model, X, Y, 1.0)["acts"]["transformer.h.0.mlp.c_fc"], "runs": {}}
+    try:
+        for k in AUTOCAST_SCALES:
+            with torch.no_grad():
+                w.copy_(original * k)
+            out["runs"][k] = _forward_probe(model, X, Y, 1.0, autocast_fp16=True)
+    finally:
+        with torch.no_grad():
+            w.copy_(original)
+    return out
+
+
+def overflow_threshold(sweep: dict[float, dict]) -> tuple[float, float | None]:
+    """(predicted k, first k of the grid where fp16's loss is not finite). LayerNorm rescales every sub-layer's
+    input, so only the residual stream grows with k; at large k it is dominated by k × the token embedding,
+    which overflows when k · max|embedding| > 65504."""
+    predicted = FORMATS["fp16"].max / sweep[1.0]["fp32"]["acts"]["transformer.wte"]
+    return predicted, first_overflow({k: sweep[k]["fp16"] for k in OVERFLOW_SCALES})
+
+
+def first_overflow(probes: dict[float, dict]) -> float | None:
+    """The smallest k whose forward probe gave a non-finite loss (None: finite everywhere)."""
+    return next((k for k in sorted(probes) if not math.isfinite(probes[k]["loss"])), None)
+
+
+def figure(sweep: dict[float, dict], k: float) -> go.Figure:
+    r = sweep[k]
+    names = list(r["fp32"]["acts"])
+    fig = go.Figure(go.Bar(x=names, y=[r["fp32"]["acts"][n] for n in names], name="largest |activation| (fp32)",
+                           marker_color=plots.color(0)))
+    fig.add_hline(y=FORMATS["fp16"].max, line=dict(color="red", dash="dash"), annotation_text="fp16 max 65504")
+    def verdict_of(p):
+        first = r[p]["first_nonfinite"]
+        return f"{p}: loss {r[p]['loss']:.4g}" + (f" (first non-finite: {first})" if first else "")
+
+    verdict = " · ".join(verdict_of(p) for p in ("fp16", "bf16", "fp16 autocast"))
+    plots.style(fig, f"Residual stream × {k:.3g} — {verdict}", "", "largest |value|")
+    fig.update_yaxes(type="log")
+    fig.update_xaxes(tickangle=45)
+    return fig
+
+
+def panel(sweep: dict[float, dict]) -> Panel:
+    control = W.SelectionSlider(options=[(f"{k:.0e}", k) for k in OVERFLOW_SCALES], value=1e6,
+                                description="scale k", style={"description_width": "initial"})  # 1e6: fp16 fails
+    return Panel(lambda k: figure(sweep, k), {"k": control}, debounce_ms=0,
+                 title="Scale the residual stream: where does fp16 give up?")
+
+
+def findings(ledger: Ledger, sweep: dict[float, dict]) -> str:
+    predicted, observed = overflow_threshold(sweep)
+    bf16_ok = all(math.isfinite(r["bf16"]["loss"]) for r in sweep.values())
+    first = next((sweep[k]["fp16"]["first_nonfinite"] for k in OVERFLOW_SCALES if sweep[k]["fp16"]["first_nonfinite"]),
+                 None)
+    ledger.add("fp16_overflow", "Residual stream scaled past 65504: fp16's loss is not finite at the largest k",
+               not math.isfinite(sweep[OVERFLOW_SCALES[-1]]["fp16"]["loss"]), is_true(), kind="measured")
+    ledger.add("fp16_fine_small", "… and is finite (equal to fp32's within 1%) at k = 1",
+               abs(sweep[1.0]["fp16"]["loss"] / sweep[1.0]["fp32"]["loss"] - 1), at_most(0.01), kind="measured")
+    ledger.add("bf16_no_overflow", "bf16's loss stays finite at every k", bf16_ok, is_true(), kind="measured")
+    ledger.add("overflow_where_predicted", "fp16 fails where 65504 ÷ max|embedding| predicts (first failing k on the "
+               "grid ÷ predicted: within one grid step, a factor √10, above)", (observed or math.inf) / predicted,
+               between(1.0, math.sqrt(10)), kind="measured")
+    auto_ok = all(math.isfinite(r["fp16 autocast"]["loss"]) for r in sweep.values())
+    ledger.add("autocast_no_overflow", "Under fp16 *autocast* (fp32 weights, as section 4 trains) the same scaled "
+               "residual stream never overflows: the loss is finite at every k (the residual add stays fp32, "
+               "LayerNorm runs in fp32)", auto_ok, is_true(), kind="measured")
+    ledger.note("overflow_threshold", {"predicted": predicted, "observed": observed})
+    return (f"The largest token-embedding value is {sweep[1.0]['fp32']['acts']['transformer.wte']:.3g}, so fp16 should "
+            f"give up near k ≈ {predicted:.3g}; on the grid, fp16's loss is first non-finite at k = "
+            f"{observed:.3g}{f', starting in `{first}`' if first else ''}. bf16 stayed finite at every k "
+            f"({'yes' if bf16_ok else 'no'}): its exponent is fp32's, so its largest number is 3.4 × 10³⁸, not "
+            "65504.\n\n"
+            "This demo casts the *whole model* to fp16 (fp16 storage). Mixed-precision training does not: under "
+            "`torch.autocast` the weights stay fp32, LayerNorm and the residual additions run in fp32, and only the "
+            "matrix products are done in fp16 — on inputs LayerNorm has just normalised. So the same scaled stream "
+            f"{'never' if auto_ok else 'did'} overflow{'ed' if not auto_ok else 's'} under fp16 autocast, even at "
+            f"k = {OVERFLOW_SCALES[-1]:.0e} (measured). Where autocast does overflow is shown next.")
+
+
+def autocast_findings(ledger: Ledger, r: dict) -> str:
+    predicted = FORMATS["fp16"].max / r["fp32_max"]
+    observed = first_overflow(r["runs"])
+    where = next((run["first_nonfinite"] for run in r["runs"].values() if run["first_nonfinite"]), None)
+    ledger.add("autocast_overflow", "fp16 autocast overflows where a matrix product's output passes 65504: block 0's "
+               "MLP weights × k fail at the k that 65504 ÷ its largest output predicts (first failing k on the grid ÷ "
+               "predicted: within one grid step, above)", (observed or math.inf) / predicted,
+               between(1.0, math.sqrt(10)), kind="measured")
+    ledger.note("autocast_overflow", {"predicted": predicted, "observed": observed, "first_nonfinite": where})
+    return (f"Block 0's first MLP product has largest output {r['fp32_max']:.3g} (fp32), so with its weights × k "
+            f"fp16 autocast should fail near k ≈ {predicted:.3g}; it first failed at k = {observed:.3g}"
+            + (f", in `{where}`" if where else "") + ". Under autocast the danger is not the residual stream but "
+            "a product whose *output* leaves fp16's range: large weights, or attention logits q·kᵀ growing during "
+            "training — the reason bf16 (or fp32 attention logits) is preferred for large models.")

@@ -1,0 +1,56 @@
+"""Lesson 09, section 2: every schedule's gradients, and 1F1B training, against one process."""
+
+import plotly.graph_objects as go
+
+from labtools import plots
+from labtools.claims import Ledger, at_most, is_true
+from lessons.pipeline_parallel import CURVE_WINDOW
+from lessons.pipeline_parallel.ranks import PARITY_SCHEDULES
+
+
+def table(results: dict[int, dict]) -> go.Figure:
+    rows = []
+    for p, r in results.items():
+        for s in PARITY_SCHEDULES:
+            entries = [rank["parity"][s] for rank in r["ranks"]]
+            ran = all(e["ran"] for e in entries)
+            worst = max(e["max_grad_diff"] for e in entries) if ran else None
+            rows.append((f"p = {p}", s, "ran" if ran else "failed: " + next(e["error"] for e in entries
+                                                                         if not e["ran"])[:60],
+                         f"{worst:.1e}" if ran else "—"))
+    return plots.table(("", "schedule", "on this backend", "max |Δ gradient| vs one process"), rows,
+                       title="Every schedule's gradients against one process on the same batch")
+
+
+def findings(ledger: Ledger, results: dict[int, dict]) -> str:
+    parts = []
+    for p, r in results.items():
+        backend = r["ranks"][0]["dist"]["backend"]
+        per = {s: [rank["parity"][s] for rank in r["ranks"]] for s in PARITY_SCHEDULES}
+        ran = [s for s, e in per.items() if all(x["ran"] for x in e)]
+        worst = max(x["max_grad_diff"] for s in ran for x in per[s])
+        ledger.add(f"parity_{p}", f"p = {p}: every schedule that ran gives one process's gradients (max |Δ| over "
+                   f"ranks and schedules, fp32, measured)", worst, at_most(1e-6), kind="measured")
+        for s in PARITY_SCHEDULES[:5]:  # the written-out ones, GPipe, 1F1B, interleaved: zero-bubble may fail on gloo
+            ledger.add(f"ran_{s}_{p}", f"p = {p}: {s} runs on {backend}", s in ran, is_true(), kind="measured")
+        missed = [s for s in PARITY_SCHEDULES if s not in ran]
+        diffs = [abs(a - b) for a, b in zip(r["ranks"][0]["losses"], r["single_losses"])]
+        curve = max(diffs[:CURVE_WINDOW])
+        ledger.add(f"curve_{p}", f"p = {p}: the first {min(len(diffs), CURVE_WINDOW)} AdamW steps of 1F1B training "
+                   "match one process (max |Δ loss|, measured; rounding differs, so longer runs drift slowly)", curve,
+                   at_most(1e-3), kind="measured")
+        ledger.note(f"curve_{p}_whole_run", max(diffs))
+        parts.append(f"**p = {p}** ({backend}): {len(ran)} of {len(PARITY_SCHEDULES)} schedules ran "
+                     f"({', '.join(ran)}){'; failed: ' + ', '.join(missed) if missed else ''}. Worst gradient "
+                     f"difference from one process: {worst:.1e}; training loss curves differ by at most {curve:.1e}.")
+    return " ".join(parts)
+
+
+def training_figure(results: dict[int, dict]) -> go.Figure:
+    fig = go.Figure()
+    p0 = min(results)
+    fig.add_trace(go.Scatter(y=results[p0]["single_losses"], name="one process", line=dict(width=5), opacity=0.35))
+    for i, (p, r) in enumerate(results.items()):
+        fig.add_trace(go.Scatter(y=r["ranks"][0]["losses"], name=f"1F1B, {p} stages", mode="lines+markers",
+                                 line=dict(dash="dot", color=plots.color(i + 1))))
+    return plots.style(fig, "Training loss: a pipeline vs one process on the same batches", "step", "loss")

@@ -1,0 +1,75 @@
+"""Lesson 09, section 5: panels over the measured runs, and exercises."""
+
+from dataclasses import replace
+
+import ipywidgets as W
+
+from labtools.claims import Ledger, approx
+from labtools.parallel import launch
+from labtools.pipeline import SCHEDULES, Schedule
+from labtools.plan import bubble_fraction, pipeline_efficiency
+from labtools.widgets import Exercise, Panel, RunCache, answer_check
+from lessons.pipeline_parallel import Settings, ranks
+from lessons.pipeline_parallel.bubble import measured, timeline_figure
+from lessons.pipeline_parallel.ranks import runs_at
+
+
+def measured_panel(S: Settings, results: dict[int, dict]) -> tuple[Panel, RunCache]:
+    """p, schedule, m → the measured (simulated-compute) timeline: from this notebook's runs, or a short launch."""
+    runs = measured(results)
+
+    def launch_one(p, schedule, m):
+        res = launch(ranks.timelines, p, replace(S, schedules=(schedule,), micro_batches=(m,)),
+                     desc=f"{schedule} × {p}, m = {m}", timeout_s=None)
+        return res[0]["timelines"][0]["intervals"]  # the one run asked for
+
+    cache = RunCache(launch_one)
+    for (p, s, m), iv in runs.items():
+        cache.store[cache.key(dict(p=p, schedule=s, m=m))] = iv
+
+    def draw(p, schedule, m):
+        if not runs_at(schedule, p, m):
+            raise ValueError(f"{schedule} does not run at p = {p}, m = {m} (1F1B needs m ≥ p, interleaving m a "
+                             "multiple of p)")
+        return timeline_figure(cache(p=p, schedule=schedule, m=m), p, schedule, m, S.v)
+
+    controls = {
+        "p": W.SelectionSlider(options=list(S.worlds), value=max(S.worlds), description="stages p"),
+        "schedule": W.Dropdown(options=[(str(s), s) for s in SCHEDULES], value=Schedule.ONE_F_ONE_B,
+                               description="schedule"),
+        "m": W.SelectionSlider(options=sorted(set(S.micro_batches) | {S.m}), value=max(S.worlds) * 2
+                               if max(S.worlds) * 2 in S.micro_batches else S.m, description="m"),
+    }
+    return Panel(draw, controls, title="A measured timeline (new settings launch a short run)"), cache
+
+
+def exercises(ledger: Ledger) -> list[Exercise]:
+    m_needed = next(m for m in range(1, 10_000) if bubble_fraction(8, m) <= 0.05)
+    llama = bubble_fraction(16, 16)
+    v_needed = next(v for v in range(1, 64) if bubble_fraction(16, 16, v) <= 0.2)
+    ledger.add("llama_1f1b", "Llama 3 405B's pp = 16 with 16 micro-batches would idle 15/31 ≈ 48% without "
+               "interleaving (computed)", llama, approx(15 / 31, rel=1e-12), source="Llama 3 paper, §3.3.2",
+               kind="computed")
+
+    return [
+        Exercise("The article's 78.9%", "4 stages, 16 micro-batches, GPipe or 1F1B: what fraction of the time is idle, "
+                 "and what fraction is useful work (in %)?", {"bubble": "bubble %", "eff": "efficiency %"},
+                 answer_check({"bubble": 100 * bubble_fraction(4, 16), "eff": 100 * pipeline_efficiency(4, 16)}),
+                 f"Bubble = (p−1)/(m+p−1) = 3/19 = **{bubble_fraction(4, 16):.1%}**; efficiency m/(m+p−1) = 16/19 = "
+                 f"**{pipeline_efficiency(4, 16):.1%}**. The article's (m−1)/(m+p−1) = 15/19 = 78.9% subtracts one "
+                 "micro-batch that is not idle."),
+        Exercise("Enough micro-batches", "With p = 8 stages, how many micro-batches m make the bubble at most 5%?",
+                 {"m": "smallest m"}, answer_check({"m": m_needed}),
+                 f"(p−1)/(m+p−1) ≤ 0.05 ⇔ m ≥ 19(p−1) = 133: **m = {m_needed}**. Deep pipelines need large global "
+                 "batches — or interleaving."),
+        Exercise("Interleaving Llama 3", "pp = 16 with 16 micro-batches idles 15/31. How many stages per rank (v) "
+                 "bring the bubble (p−1)/(v·m+p−1) to at most 20%?", {"v": "smallest v"}, answer_check({"v": v_needed}),
+                 f"15/(16v + 15) ≤ 0.2 ⇔ v ≥ 3.75: **v = {v_needed}**, bubble {bubble_fraction(16, 16, v_needed):.1%}. "
+                 "Each rank then sends v times as many activations: interleaving trades communication for idle "
+                 "time."),
+    ]
+
+
+def redraw_findings(ledger: Ledger, redraw_ms: float) -> str:
+    ledger.note("schedule_panel_redraw_ms", redraw_ms)
+    return f"Redraw time of the schedule panel, measured here (kernel side, median): {redraw_ms:.0f} ms."

@@ -1,0 +1,266 @@
+"""Lesson 09's rank functions: pipeline stages on real ranks — written-out and PyTorch schedules, their gradients
+against one process, timed timelines with simulated or real compute, activations held, bytes sent.
+
+Launched from notebooks/09_pipeline_parallel.ipynb through lessons/pipeline_parallel/, or by hand:
+
+    $ python -m labtools.parallel make-job lessons.pipeline_parallel.ranks:parity '{"m": 4}' --run-dir RUN
+    $ torchrun --standalone --nproc-per-node 4 -m labtools.parallel.worker RUN/job.json
+
+One rank per stage (p = world size); interleaved schedules put v stages on each rank. `single_process_losses`
+runs in the launching process: the reference a pipeline's training is compared with.
+"""
+
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from labtools.memory import SavedTensorTracker, saved_activations
+from labtools.parallel.comm import WireBytes
+from labtools.parallel.pipeline import (ActionTimer, check_pipeline, gpt_stages, local_stage_ids, pipeline_loss,
+                                        run_written_out, step_torch, torch_schedule)
+from labtools.parallel.toolkit import (build_gpt, device, global_batch, rank, rank_rows, report_progress, world_size)
+from labtools.pipeline import Schedule, schedule_order
+from lessons.pipeline_parallel import Settings
+
+PARITY_SCHEDULES = (Schedule.WRITTEN_OUT_GPIPE, Schedule.WRITTEN_OUT_1F1B, Schedule.GPIPE, Schedule.ONE_F_ONE_B,
+                    Schedule.INTERLEAVED, Schedule.ZERO_BUBBLE, Schedule.ZBV)
+
+
+def _model(job: Settings):
+    return build_gpt(job, tie_embeddings=False)  # embedding and head on different stages
+
+
+def _batch(job: Settings, seed_offset: int = 0):
+    return global_batch(job, torch.Generator().manual_seed(job.seed + seed_offset), job.batch_size)
+
+
+def _own_params(stages, ids) -> list[torch.nn.Parameter]:
+    return [p for s in ids for p in stages[s].parameters()]
+
+
+def _pad(job: Settings, v: int) -> dict[str, float] | None:
+    if not job.simulate:
+        return None
+    f, b = job.t_f_ms / 1e3 / v, job.t_b_ms / 1e3 / v
+    return {"forward": f, "backward": b, "backward_input": b / 2, "backward_weight": b / 2}
+
+
+def _run(job: Settings, schedule: Schedule, m: int, X, Y, timer: ActionTimer | None, model=None):
+    """Build this rank's stages for a schedule and run one step; (stages, local stage ids, loss or None)."""
+    p, v = world_size(), (job.v if schedule.chunked else 1)
+    model = model or _model(job)
+    stages = gpt_stages(model, p * v)
+    timer = timer or ActionTimer(rank(), device=device())
+    if schedule.written_out:
+        order = schedule_order(schedule.order, p, m)[rank()]
+        loss = run_written_out(order, stages, X, Y, m, timer, p)
+        return stages, [rank()], loss
+    sched, local = torch_schedule(schedule, stages, p, m, timer, device(), job.v)
+    return stages, [st.stage_index for st in local], step_torch(sched, local, X, Y)
+
+
+def parity(job: Settings) -> dict:
+    """Every schedule's gradients (this rank's stages) against one process on the same batch, at m = job.m.
+    A schedule that fails on this backend is reported, not fatal."""
+    check_pipeline(job.n_layer, world_size(), job.m, job.v)
+    X, Y = _batch(job)
+    reference = _model(job)
+    _, ref_loss = reference(X, Y)
+    ref_loss.backward()
+    ref = {id(p): p.grad for p in reference.parameters()}
+    out = {}
+    for i, schedule in enumerate(PARITY_SCHEDULES):
+        model = _model(job)
+        pairs = dict(zip((id(p) for p in model.parameters()), (id(p) for p in reference.parameters())))
+        try:
+            stages, ids, loss = _run(job, schedule, job.m, X, Y, None, model)
+            diff = max((p.grad - ref[pairs[id(p)]]).abs().max().item() for p in _own_params(stages, ids))
+            out[schedule] = {"ran": True, "max_grad_diff": diff, "loss": loss, "stages": ids}
+        except Exception as e:  # noqa: BLE001 - "say which ran": a schedule this backend cannot run is a finding
+            out[schedule] = {"ran": False, "error": f"{type(e).__name__}: {e}"}
+        dist.barrier()
+        report_progress(i + 1, len(PARITY_SCHEDULES), schedule)
+    out["reference_loss"] = ref_loss.item()
+    return out
+
+
+def runs_at(schedule: Schedule, p: int, m: int) -> bool:
+    """torch's Schedule1F1B needs m >= p; interleaving (here) m a multiple of p."""
+    if schedule == Schedule.ONE_F_ONE_B:
+        return m >= p
+    if schedule.chunked:
+        return m % p == 0
+    return True
+
+
+def timelines(job: Settings) -> dict:
+    """For each schedule and m: one step after a warm-up step, every action timed; the intervals of all ranks
+    gathered to rank 0 (ms from the step's first action, on the machine's monotonic clock)."""
+    p = world_size()
+    check_pipeline(job.n_layer, p, 1, job.v)
+    X, Y = _batch(job)
+    runs = [(Schedule(s), m) for s in job.schedules for m in job.micro_batches if runs_at(Schedule(s), p, m)]
+    out, overruns = [], 0
+    for i, (schedule, m) in enumerate(runs):
+        v = job.v if schedule.chunked else 1
+        model = _model(job)
+        stages = gpt_stages(model, p * v)
+        timer = ActionTimer(rank(), _pad(job, v), device())
+        if schedule.written_out:
+            def step():
+                run_written_out(schedule_order(schedule.order, p, m)[rank()], stages, X, Y, m, timer, p)
+        else:
+            sched, local = torch_schedule(schedule, stages, p, m, timer, device(), job.v)
+
+            def step():
+                step_torch(sched, local, X, Y)
+        pads, timer.pad_s = timer.pad_s, {}
+        step()  # warm-up, unpadded: shapes, buffers, first-call costs
+        timer.pad_s = pads
+        model.zero_grad(set_to_none=True)
+        dist.barrier()
+        timer.reset()
+        step()
+        overruns += timer.overruns
+        gathered = [None] * p
+        dist.all_gather_object(gathered, timer.intervals)
+        intervals = [iv for ivs in gathered for iv in ivs]
+        t0 = min(iv["start"] for iv in intervals)  # one clock (time.monotonic) on one machine: shift to the start
+        out.append({"schedule": schedule, "m": m,
+                    "intervals": [dict(iv, start=iv["start"] - t0, end=iv["end"] - t0) for iv in intervals]})
+        report_progress(i + 1, len(runs), f"{schedule}, m = {m}")
+    return {"timelines": out if rank() == 0 else [], "overruns": overruns, "simulated": job.simulate}
+
+
+def memory(job: Settings) -> dict:
+    """Peak bytes autograd holds for backward on this rank during a GPipe and a 1F1B step at m = job.m, and what
+    one micro-batch through this rank's stage saves: the peak in micro-batches."""
+    p, m = world_size(), job.m
+    X, Y = _batch(job)
+    model = _model(job)
+    stage = gpt_stages(model, p)[rank()]
+    x = X[: job.batch_size // m].clone()  # its own storage: a view would count the whole batch's
+    if not stage.is_first:  # what this stage's input looks like: the residual stream
+        x = torch.randn(x.size(0), x.size(1), job.n_embd, device=X.device, requires_grad=True)
+    fn = _LastWithLoss(stage, Y[: job.batch_size // m].clone()) if stage.is_last else stage
+    per_mb = sum(t.nbytes for t in saved_activations(lambda: fn(x), exclude=list(model.parameters()))[0])
+    out = {"per_micro_batch": per_mb}
+    for schedule in (Schedule.GPIPE, Schedule.ONE_F_ONE_B):
+        model = _model(job)
+        stages = gpt_stages(model, p)
+        sched, local = torch_schedule(schedule, stages, p, m, None, device())
+        step_torch(sched, local, X, Y)  # warm-up (shape inference allocates and saves nothing for later)
+        model.zero_grad(set_to_none=True)
+        dist.barrier()
+        with SavedTensorTracker(exclude=list(model.parameters())) as tracker:
+            step_torch(sched, local, X, Y)
+        out[schedule] = tracker.peak
+    return out
+
+
+class _LastWithLoss(torch.nn.Module):
+    """The last stage with its loss, so a forward saves what the loss saves too."""
+
+    def __init__(self, stage, Y):
+        super().__init__()
+        self.stage, self.Y = stage, Y
+
+    def forward(self, x):
+        return pipeline_loss(self.stage(x), self.Y)
+
+
+def traffic(job: Settings) -> dict:
+    """Bytes on the wire (loopback) for one 1F1B step at m = job.m, and for one DDP step of the whole model on the
+    same ranks; with the bytes of the tensors each sends, counted from what torch's schedule passed to gloo."""
+    p, m = world_size(), job.m
+    X, Y = _batch(job)
+    model = _model(job)
+    stages = gpt_stages(model, p)
+    sched, local = torch_schedule(Schedule.ONE_F_ONE_B, stages, p, m, None, device())
+    step_torch(sched, local, X, Y)  # warm-up: shape inference sends metadata once
+    with _count_sends(local) as counted, WireBytes() as wire:
+        step_torch(sched, local, X, Y)
+    ddp = DDP(_model(job))
+    ddp(rank_rows(X), rank_rows(Y))[1].backward()  # warm-up: DDP builds its buckets
+    with WireBytes() as ddp_wire:
+        ddp(rank_rows(X), rank_rows(Y))[1].backward()
+    return {"pipeline_wire": wire.bytes, "pipeline_sent_counted": counted.bytes, "ddp_wire": ddp_wire.bytes,
+            "param_bytes": sum(q.numel() * q.element_size() for q in ddp.parameters()),
+            "activation_bytes": job.batch_size // m * job.block_size * job.n_embd * 4}
+
+
+class _count_sends:
+    """Count the bytes of the tensors a PipelineStage hands to its schedule to send (get_fwd_send_ops and
+    get_bwd_send_ops: activations forward, gradients backward) inside a `with` block."""
+
+    def __init__(self, local):
+        self.local, self.bytes = local, 0
+
+    def __enter__(self):
+        for st in self.local:
+            for name in ("get_fwd_send_ops", "get_bwd_send_ops"):
+                orig = getattr(st, name)
+
+                def counted(*args, _orig=orig, **kwargs):
+                    ops = _orig(*args, **kwargs)
+                    self.bytes += sum(op.tensor.numel() * op.tensor.element_size() for op in ops)
+                    return ops
+                setattr(st, name, counted)
+        return self
+
+    def __exit__(self, *exc):
+        for st in self.local:
+            for name in ("get_fwd_send_ops", "get_bwd_send_ops"):
+                del st.__dict__[name]  # back to the class's method
+        return False
+
+
+def training(job: Settings) -> dict:
+    """job.train_steps AdamW steps of 1F1B at m = job.m; the batch loss per step (from the last stage's rank)."""
+    p = world_size()
+    model = _model(job)
+    stages = gpt_stages(model, p)
+    sched, local = torch_schedule(Schedule.ONE_F_ONE_B, stages, p, job.m, None, device())
+    own = _own_params(stages, local_stage_ids(Schedule.ONE_F_ONE_B, rank(), p, 1))
+    opt = torch.optim.AdamW(own, lr=job.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    g = torch.Generator().manual_seed(job.seed + 1)
+    losses = []
+    for step in range(job.train_steps):
+        X, Y = global_batch(job, g, job.batch_size)
+        loss = step_torch(sched, local, X, Y)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        t = torch.tensor([loss if loss is not None else 0.0], dtype=torch.float64)
+        dist.broadcast(t, src=p - 1)  # the last stage's rank has the loss
+        losses.append(t.item())
+        report_progress(step + 1, job.train_steps, "1F1B training")
+    return {"losses": losses}
+
+
+def single_process_losses(job: Settings) -> list[float]:
+    """The same AdamW steps as `training`, in one process on the whole batch (run by the launcher)."""
+    model = _model(job)
+    opt = torch.optim.AdamW(model.parameters(), lr=job.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    g = torch.Generator().manual_seed(job.seed + 1)
+    losses = []
+    for _ in range(job.train_steps):
+        X, Y = global_batch(job, g, job.batch_size)
+        _, loss = model(X, Y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return losses
+
+
+def lesson_run(job: Settings) -> dict:
+    """Everything the lesson measures at one pipeline depth, in one launch: parity, timelines, memory, traffic and
+    training."""
+    out = {"parity": parity(job)}
+    out.update(timelines(job))
+    out["memory"] = memory(job)
+    out["traffic"] = traffic(job)
+    if job.train_steps:
+        out.update(training(job))
+    return out
