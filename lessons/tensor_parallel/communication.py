@@ -6,6 +6,7 @@ from labtools import plots
 from labtools.claims import Ledger, approx, is_true
 from labtools.plan import tensor_parallel_bytes
 from lessons.tensor_parallel import Settings
+from lessons.tensor_parallel.ranks import VARIANTS
 
 
 def ring_bytes(S: Settings, t: int, sequence_parallel: bool) -> float:
@@ -17,7 +18,8 @@ def comm_table(res: dict, S: Settings) -> go.Figure:
     rows = []
     for t, r in res["tp"].items():
         c = r[0]["comm"]
-        for variant, sp in (("written-out", False), ("dtensor", False), ("dtensor+sp", True)):
+        for variant in VARIANTS:
+            sp = variant.endswith("+sp")  # sequence parallel
             calls = ", ".join(f"{n} × {k}" for n, k in sorted(c[variant]["calls"].items()))
             wire = c[variant]["wire"]
             rows.append((f"tp = {t}", variant, calls, f"{ring_bytes(S, t, sp):,.0f}",
