@@ -99,6 +99,7 @@ class Claim:
     passed: bool
     source: str = ""
     kind: str = ""  # one of KINDS; Ledger.add requires it, so no claim is "measured" by default
+    detail: bool = False  # plumbing (e.g. "runs on gloo"): checked like any claim, folded away in the table
 
 
 @dataclass
@@ -108,14 +109,15 @@ class Ledger:
     notes: dict = field(default_factory=dict)
 
     def add(self, key: str, statement: str, measured, expect: Expectation, source: str = "", *,
-            kind: str) -> Claim:
+            kind: str, detail: bool = False) -> Claim:
         """Check the value against `expect` and record the claim (a repeated key replaces the old one).
-        `kind` is one of KINDS: is the value measured, counted at a call, or computed from a formula?"""
+        `kind` is one of KINDS: is the value measured, counted at a call, or computed from a formula?
+        `detail`: a check the lesson's text does not state (plumbing), shown folded under the headline claims."""
         if kind not in KINDS:
             raise ValueError(f"claim {key!r}: kind must be one of {sorted(KINDS)}, got {kind!r}")
         if hasattr(measured, "item"):
             measured = measured.item()
-        claim = Claim(key, statement, measured, expect.describe(), expect.check(measured), source, kind)
+        claim = Claim(key, statement, measured, expect.describe(), expect.check(measured), source, kind, detail)
         self.claims = [c for c in self.claims if c.key != key] + [claim]
         return claim
 
@@ -131,17 +133,16 @@ class Ledger:
         return {"lesson": self.lesson, "claims": [asdict(c) for c in self.claims], "notes": self.notes}
 
     def to_html(self) -> str:
-        rows = []
-        for c in self.claims:
-            mark = '<span style="color:#1a7f37">✓</span>' if c.passed else '<span style="color:#cf222e">✗</span>'
-            src = f'<br><small style="color:#666">{html.escape(c.source)}</small>' if c.source else ""
-            rows.append(f"<tr><td>{mark}</td><td style='text-align:left'>{html.escape(c.statement)}{src}</td>"
-                        f"<td>{html.escape(_fmt(c.measured))}</td><td><small>{c.kind}</small></td>"
-                        f"<td>{html.escape(c.expected)}</td></tr>")
+        headline = [c for c in self.claims if not c.detail]
+        detail = [c for c in self.claims if c.detail]
         n_ok = sum(c.passed for c in self.claims)
-        return (f"<table><caption style='text-align:left'><b>Claims ledger — {html.escape(self.lesson)}</b>: "
-                f"{n_ok}/{len(self.claims)} hold</caption><thead><tr><th></th><th "
-                f"style='text-align:left'>claim</th><th>value</th><th>kind</th><th>expected</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+        out = (f"<div><b>Claims ledger — {html.escape(self.lesson)}</b>: {n_ok} of {len(self.claims)} hold"
+               + _table(headline))
+        if detail:
+            failed = sum(not c.passed for c in detail)
+            out += (f"<details{' open' if failed else ''}><summary>{len(detail)} more checks the lesson relies on"
+                    f"{f' ({failed} failed)' if failed else ''}</summary>{_table(detail)}</details>")
+        return out + f"<p><small>{LEGEND}</small></p></div>"
 
     def to_text(self) -> str:
         lines = [f"Claims ledger — {self.lesson}"]
@@ -177,6 +178,24 @@ class Findings(str):
 
     def _repr_markdown_(self) -> str:
         return str(self)
+
+
+LEGEND = ("<b>kind</b>: <i>measured</i> = read from your run; <i>counted</i> = what a call was handed (checks the "
+          "code, not the hardware); <i>computed</i> = a formula or published figures. <b>✗</b> = on your machine the "
+          "measurement did not come out as stated: rerun the cell (timings vary), or try the cpu profile (smoke "
+          "runs are short); if it persists, the statement does not hold there — tell us, with the ledger.")
+
+
+def _table(claims: list[Claim]) -> str:
+    rows = []
+    for c in claims:
+        mark = '<span style="color:#1a7f37">✓</span>' if c.passed else '<span style="color:#cf222e">✗</span>'
+        src = f'<br><small style="color:#666">{html.escape(c.source)}</small>' if c.source else ""
+        rows.append(f"<tr><td>{mark}</td><td style='text-align:left'>{html.escape(c.statement)}{src}</td>"
+                    f"<td>{html.escape(_fmt(c.measured))}</td><td><small>{c.kind}</small></td>"
+                    f"<td>{html.escape(c.expected)}</td></tr>")
+    return ("<table><thead><tr><th></th><th style='text-align:left'>claim</th><th>value</th><th>kind</th>"
+            f"<th>expected</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
 
 def read_ledgers(notebook: dict) -> list[dict]:

@@ -40,7 +40,7 @@ def test_ledger_records_replaces_and_reports():
     assert ledger.all_passed and [c.key for c in ledger.claims] == ["a", "b"]
     ledger.note("seconds", 1.5)
     html = ledger.to_html()
-    assert "one is about one" in html and "2/2 hold" in html
+    assert "one is about one" in html and "2 of 2 hold" in html
     assert "[PASS]" in ledger.to_text()
     assert "<small>computed</small>" in html and "[PASS] two is small: computed 0.5" in ledger.to_text()
 
@@ -63,3 +63,15 @@ def test_mimebundle_roundtrips_through_a_notebook():
     assert found == [ledger.to_dict()]
     assert found[0]["claims"][0]["passed"] is True
     assert set(bundle) == {"text/html", "text/plain", MIME}
+
+
+def test_detail_claims_are_checked_but_folded_and_open_when_one_fails():
+    ledger = Ledger("demo")
+    ledger.add("headline", "the thing the text states", 1.0, approx(1.0, rel=0.01), kind="measured")
+    ledger.add("plumbing", "it ran on gloo", True, is_true(), kind="measured", detail=True)
+    html = ledger.to_html()
+    assert html.index("the thing the text states") < html.index("<details>") < html.index("it ran on gloo")
+    assert "1 more checks" in html and "measured</i> = read from your run" in html  # the legend
+    ledger.add("plumbing", "it ran on gloo", False, is_true(), kind="measured", detail=True)
+    assert not ledger.all_passed and "<details open>" in ledger.to_html() and "(1 failed)" in ledger.to_html()
+    assert read_ledgers({"cells": [{"outputs": [{"data": ledger.mimebundle()}]}]})[0]["claims"][1]["detail"] is True

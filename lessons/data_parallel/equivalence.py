@@ -72,7 +72,8 @@ def findings(ledger: Ledger, eq: dict[int, dict]) -> Findings:
                    ring, at_most(1e-5), kind="measured")
         ledger.add(f"ring_bytes_{world}", f"The written-out ring hands 2(N−1)/N × the gradient bytes to send (N = "
                    f"{world}; counted ÷ formula — equal by construction: it is what the code sends)",
-                   r0["ring_bytes_sent"] / r0["ring_bytes_formula"], approx(1.0, rel=0.01), kind="counted")
+                   r0["ring_bytes_sent"] / r0["ring_bytes_formula"], approx(1.0, rel=0.01), kind="counted",
+                   detail=True)
         wire = wire_ratios(r0, world)
         if wire is None:
             ledger.note(f"wire_{world}", "not measurable: NCCL traffic does not cross the loopback interface")
@@ -83,7 +84,8 @@ def findings(ledger: Ledger, eq: dict[int, dict]) -> Findings:
                            f"(N = {world}; measured on the loopback interface ÷ formula, headers included)",
                            wire[key], approx(1.0, rel=0.05), kind="measured")
         ledger.add(f"backend_{world}", "The launch says which backend and devices it used",
-                   all("backend" in r["dist"] and "device" in r["dist"] for r in res), is_true(), kind="measured")
+                   all("backend" in r["dist"] and "device" in r["dist"] for r in res), is_true(), kind="measured",
+                   detail=True)
         parts += [
             f"**{world} ranks** ({r0['dist']['backend']} on {r0['dist']['device']}): DDP's gradients match one "
             f"process's to **{ddp:.1e}**, the naive all-reduce's to {naive:.1e}.",

@@ -32,7 +32,8 @@ def findings(ledger: Ledger, results: dict[int, dict]) -> str:
         ledger.add(f"parity_{p}", f"p = {p}: every schedule that ran gives one process's gradients (max |Δ| over "
                    f"ranks and schedules, fp32, measured)", worst, at_most(1e-6), kind="measured")
         for s in PARITY_SCHEDULES[:5]:  # the written-out ones, GPipe, 1F1B, interleaved: zero-bubble may fail on gloo
-            ledger.add(f"ran_{s}_{p}", f"p = {p}: {s} runs on {backend}", s in ran, is_true(), kind="measured")
+            ledger.add(f"ran_{s}_{p}", f"p = {p}: {s} runs on {backend}", s in ran, is_true(), kind="measured",
+                       detail=True)
         missed = [s for s in PARITY_SCHEDULES if s not in ran]
         diffs = [abs(a - b) for a, b in zip(r["ranks"][0]["losses"], r["single_losses"])]
         curve = max(diffs[:CURVE_WINDOW])
