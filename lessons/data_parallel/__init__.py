@@ -19,6 +19,7 @@ class Settings(LabConfig):
     world_sizes: tuple = (2, 4)  # ranks for the equivalence launches
     bucket_cap_mb: float = 25.0                              # DDP's bucket size in the panel's run
     bucket_caps_mb: tuple[float, ...] = (0.01, 0.05, 25.0)   # bucket sizes the bucket experiment compares
+    exercise_worlds: tuple = (3,)                            # ranks your ring all-reduce is checked on
 
     RANGES = {"STEPS": (1, 10_000), "BATCH_SIZE": (1, 1024), "ACCUM_K": (2, 64)}
 
@@ -32,7 +33,7 @@ PROFILES = {
     "smoke": Settings(profile="smoke", n_layer=2, n_embd=64, block_size=64, batch_size=8, steps=15, accum_k=4,
                       world_sizes=(2, 4)),
     "cpu": Settings(profile="cpu", n_layer=2, n_embd=64, block_size=64, batch_size=8, steps=60, accum_k=4,
-                    world_sizes=(2, 4)),
+                    world_sizes=(2, 4), exercise_worlds=(2, 3, 4)),
     "gpu": Settings(profile="gpu", n_layer=6, n_embd=384, block_size=256, batch_size=16, steps=200, accum_k=4,
                     world_sizes=(2, 4)),
 }

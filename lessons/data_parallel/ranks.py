@@ -10,15 +10,17 @@ lesson's Settings; fields left out keep their defaults):
 """
 
 import time
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from labtools.exercises import load_function, where_it_failed
 from labtools.optim import param_groups
 from labtools.parallel.comm import DDPCommCounter, WireBytes, ring_all_reduce
-from labtools.parallel.toolkit import (accumulate, build_gpt, global_batch, mean_over_ranks, rank_rows, report_progress,
-                                       train_step, world_size)
+from labtools.parallel.toolkit import (accumulate, build_gpt, global_batch, mean_over_ranks, rank, rank_rows,
+                                       report_progress, train_step, world_size)
 from labtools.plan import collective_bytes
 from lessons.data_parallel import Settings
 
@@ -193,3 +195,68 @@ def panel_run(job: Settings) -> dict:
         report_progress(step + 1, job.steps)
     return {"losses": losses, "allreduce_calls": calls, "seconds": seconds,
             "tokens_per_step": N * job.batch_size * k * job.block_size}
+
+
+# --- your ring, on real ranks (the exercise of section 2) -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RingExercise:
+    """A learner's ring all-reduce, sent as source, and the tensor sizes to try it on (uneven and tiny ones too)."""
+    source: str = ""
+    name: str = "my_ring_all_reduce"
+    sizes: tuple[int, ...] = (12, 7, 2)
+
+
+class _ExerciseDist:
+    """What the exercise may use of torch.distributed: who am I, how many are we. exchange() does the sending."""
+
+    get_rank, get_world_size = staticmethod(dist.get_rank), staticmethod(dist.get_world_size)
+
+    def __getattr__(self, name):
+        raise AttributeError(f"dist.{name} is not part of this exercise: pass chunks around the ring with exchange()")
+
+
+def _ring_hint(x: torch.Tensor, want: torch.Tensor, n: int) -> str:
+    right = sum(torch.equal(a, b) for a, b in zip(x.tensor_split(n), want.tensor_split(n)))
+    if right == 1:
+        return ("one chunk is right, the others are not: after the reduce-scatter each rank holds the full sum of one "
+                "chunk only; n − 1 more steps (copying, not adding) pass the finished chunks around")
+    return ("at step s of the reduce-scatter rank r sends chunk (r − s) mod n and adds the arriving one into chunk "
+            "(r − s − 1) mod n; check which chunk you send and where the incoming one goes")
+
+
+def ring_exercise(job: RingExercise) -> dict:
+    """Run the learner's ring on a tensor of each size (every rank's values differ) against dist.all_reduce, and
+    count the bytes it sent through exchange(). Each rank reports its own cases."""
+    n, r = world_size(), rank()
+    sent = 0
+
+    def exchange(chunk: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """Send chunk to the right-hand neighbour; return what arrived from the left, shaped like `like`."""
+        nonlocal sent
+        incoming = torch.empty_like(like)
+        for q in [dist.isend(chunk.contiguous(), (r + 1) % n), dist.irecv(incoming, (r - 1) % n)]:
+            q.wait()
+        sent += chunk.numel() * chunk.element_size()
+        return incoming
+
+    try:
+        fn = load_function(job.source, job.name, {"torch": torch, "dist": _ExerciseDist()})
+    except Exception as e:  # noqa: BLE001 - the learner's cell does not compile: say so, on every rank alike
+        return {"results": [{"case": "your cell", "error": where_it_failed(e, f"<your {job.name}>")}]}
+    results = []
+    for size in job.sizes:
+        x = torch.arange(size, dtype=torch.float32) * (r + 1) + r  # different on every rank
+        want = x.clone()
+        dist.all_reduce(want)
+        sent = 0
+        case = {"case": f"{size} elements on {n} ranks", "bytes": x.numel() * x.element_size()}
+        try:
+            fn(x, exchange)
+        except Exception as e:  # noqa: BLE001 - reported as the learner's line, not a traceback
+            results.append(case | {"error": where_it_failed(e, f"<your {job.name}>")})
+            break  # the peers may now wait for this rank: the launch's collective timeout ends them
+        diff = (x - want).abs().max().item() if size else 0.0
+        results.append(case | {"difference": diff, "sent": sent, "hint": _ring_hint(x, want, n) if diff else ""})
+    return {"results": results}

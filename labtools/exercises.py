@@ -1,0 +1,167 @@
+"""Write it yourself: a learner's function checked against the lab's reference, with a number or a hint.
+
+    def my_clip(grads, max_norm):                       # the learner's cell
+        raise NotImplementedError                       # the stub: "not written yet", the lesson goes on
+
+    check(my_clip, clip_by_global_norm, [Case("3 tensors", (grads, 1.0)), Case("one huge", ..., hint="...")])
+
+gives one of
+    ✓ your function matches the reference on 2 cases (largest difference 3.0e-08)
+    ✗ case 'one huge': expected 1.0, got 4.0 — hint: ...          (the first failing case, never a traceback)
+    … not written yet: the lesson goes on with the reference
+
+A function that changes its arguments in place (and returns None) is compared on its arguments after the call.
+Exercises whose mechanism runs across ranks send the learner's source to the ranks (`source_of`), where the
+lesson's rank function rebuilds it (`load_function`) in a namespace of its choosing and reports per-case
+results that `outcome()` turns into the same message. Introduced in notebooks/07_data_parallel.ipynb.
+"""
+
+import ast
+import copy
+import html
+import inspect
+import math
+import textwrap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+NOT_WRITTEN = "not written yet: the lesson goes on with the reference"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input to try: a name the learner reads, the arguments, and a hint shown if this case fails."""
+    name: str
+    args: tuple
+    hint: str = ""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The verdict on a learner's function: status 'pass', 'fail' or 'not written', and what to tell them."""
+    status: str
+    message: str
+    worst: float | None = None  # the largest difference from the reference over all cases (pass or fail)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+    def _repr_html_(self) -> str:
+        mark, color = {"pass": ("✓", "#1a7f37"), "fail": ("✗", "#cf222e")}.get(self.status, ("…", "#6e7781"))
+        return f"<p style='color:{color}'><b>{mark}</b> {html.escape(self.message)}</p>"
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def is_stub(fn: Callable) -> bool:
+    """True while the function still raises NotImplementedError at its top level (the template as given)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.FunctionDef) else []
+    for node in body:
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            if getattr(exc, "id", "") == "NotImplementedError":
+                return True
+    return False
+
+
+def source_of(fn: Callable) -> str:
+    """The source of a function defined with `def` (in a notebook cell too), to rebuild it in another process."""
+    if fn.__name__ == "<lambda>":
+        raise ValueError("write the exercise as a `def` function: a lambda's source cannot be sent to the ranks")
+    try:
+        return textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError) as e:
+        raise ValueError(f"the source of {fn.__name__} cannot be read ({e}): define it in a notebook cell") from e
+
+
+def load_function(source: str, name: str, namespace: dict) -> Callable:
+    """Rebuild a learner's function from its source in `namespace` (what it may use). This runs the learner's own
+    code, from their notebook, in the ranks of their own run: it is treated like the cell it came from."""
+    code = compile(source, f"<your {name}>", "exec")
+    exec(code, namespace)  # noqa: S102 - the learner's own cell, sent to their own ranks
+    return namespace[name]
+
+
+def where_it_failed(error: BaseException, filename: str) -> str:
+    """'TypeError: ... (line 4 of your function)': the error and the learner's line (the last frame of the
+    traceback in `filename`, where their function was compiled), not a traceback."""
+    line, tb = None, error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            line = tb.tb_lineno - tb.tb_frame.f_code.co_firstlineno + 1
+        tb = tb.tb_next
+    at = f" (line {line} of your function)" if line else ""
+    return f"{type(error).__name__}: {error}{at}"
+
+
+def difference(a, b) -> float:
+    """The largest absolute difference between two results: tensors, numbers, or (nested) lists/tuples/dicts of
+    them; inf when their structure, shape or type differs."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape:
+            return math.inf
+        return (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
+    if isinstance(a, dict) and isinstance(b, dict):
+        return math.inf if a.keys() != b.keys() else max([difference(a[k], b[k]) for k in a], default=0.0)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return math.inf if len(a) != len(b) else max([difference(x, y) for x, y in zip(a, b)], default=0.0)
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return abs(a - b)
+    return 0.0 if a == b else math.inf
+
+
+def _short(x) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"tensor of shape {tuple(x.shape)}" if x.numel() > 6 else str(x.tolist())
+    return repr(x)[:80]
+
+
+def check(fn: Callable, reference: Callable, cases: Sequence[Case], *, tol: float = 1e-6,
+          what: str = "your function") -> Outcome:
+    """Run fn and the reference on every case (each on its own copy of the arguments) and compare: the return
+    values, or the arguments after the call when the reference returns None (an in-place function)."""
+    if is_stub(fn):
+        return Outcome("not written", NOT_WRITTEN)
+    worst = 0.0
+    for case in cases:
+        mine, theirs = copy.deepcopy(case.args), copy.deepcopy(case.args)
+        expected = reference(*theirs)
+        try:
+            got = fn(*mine)
+        except Exception as e:  # noqa: BLE001 - the learner's error becomes a message, not a traceback
+            hint = f" — hint: {case.hint}" if case.hint else ""
+            return Outcome("fail", f"case '{case.name}': {where_it_failed(e, fn.__code__.co_filename)}{hint}")
+        if expected is None:
+            expected, got = theirs, mine
+        d = difference(got, expected)
+        worst = max(worst, d)
+        if not d <= tol:
+            hint = f" — hint: {case.hint}" if case.hint else ""
+            return Outcome("fail", f"case '{case.name}': expected {_short(expected)}, got {_short(got)} "
+                                   f"(largest difference {d:.1e}, allowed {tol:.0e}){hint}", d)
+    return Outcome("pass", f"{what} matches the reference on {len(cases)} cases "
+                           f"(largest difference {worst:.1e})", worst)
+
+
+def outcome(results: Sequence[dict], *, tol: float, what: str, reference: str) -> Outcome:
+    """The verdict from per-case results computed elsewhere (e.g. inside ranks): each {"case", "difference",
+    "error", "hint"}; the first case that raised or differs by more than tol fails."""
+    worst = 0.0
+    for r in results:
+        hint = f" — hint: {r['hint']}" if r.get("hint") else ""
+        if r.get("error"):
+            return Outcome("fail", f"case '{r['case']}': {r['error']}{hint}")
+        worst = max(worst, r["difference"])
+        if not r["difference"] <= tol:
+            return Outcome("fail", f"case '{r['case']}': differs from {reference} by {r['difference']:.1e} "
+                                   f"(allowed {tol:.0e}){hint}", r["difference"])
+    return Outcome("pass", f"{what} matches {reference} on {len(results)} cases (largest difference {worst:.1e})",
+                   worst)

@@ -1,0 +1,63 @@
+"""Lesson 07, your turn: write the ring all-reduce and run it on real ranks, checked against dist.all_reduce."""
+
+import html
+import inspect
+import re
+
+from IPython.display import HTML, display
+
+from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, source_of
+from labtools.parallel import RankFailed, launch
+from labtools.plan import collective_bytes
+from lessons.data_parallel import Settings, ranks
+from lessons.data_parallel.ranks import RingExercise
+
+COLLECTIVE_TIMEOUT_S = 20  # a ring whose ranks disagree waits for a message that never comes: end it soon
+
+
+def reference(x, exchange):
+    """Sum x over all ranks in place. exchange(chunk, like) sends `chunk` to the right-hand neighbour and returns
+    the chunk that arrived from the left (shaped like `like`)."""
+    n, r = dist.get_world_size(), dist.get_rank()  # noqa: F821 - the ranks provide dist (and torch)
+    chunks = list(x.view(-1).tensor_split(n))  # views into x: what lands in a chunk lands in x
+    for s in range(n - 1):  # reduce-scatter: afterwards rank r holds the full sum of chunk (r + 1) mod n
+        send, recv = (r - s) % n, (r - s - 1) % n
+        chunks[recv] += exchange(chunks[send], chunks[recv])
+    for s in range(n - 1):  # all-gather: pass each finished chunk once around the ring
+        send, recv = (r + 1 - s) % n, (r - s) % n
+        chunks[recv].copy_(exchange(chunks[send], chunks[recv]))
+
+
+def check(fn, S: Settings) -> Outcome:
+    """Run fn on S.exercise_worlds gloo ranks (each a real launch) on tensors of several sizes, against
+    dist.all_reduce; on success, say how many bytes it sent per rank beside 2(N − 1)/N · M."""
+    if is_stub(fn):
+        return Outcome("not written", NOT_WRITTEN)
+    job = RingExercise(source=source_of(fn), name=fn.__name__)
+    sent = []
+    for world in S.exercise_worlds:
+        try:
+            res = launch(ranks.ring_exercise, world, job, backend="gloo", collective_timeout_s=COLLECTIVE_TIMEOUT_S,
+                         timeout_s=None, desc=f"your ring × {world}")
+        except RankFailed as e:
+            return Outcome("fail", f"on {world} ranks the run stopped: {e.error.splitlines()[0][:200]} — hint: every "
+                                   "rank must call exchange() the same number of times, 2(n − 1), in the same order")
+        per_case = [max((r["results"][i] for r in res), key=_badness) for i in range(len(res[0]["results"]))]
+        verdict = outcome(per_case, tol=1e-6, what="your ring", reference=f"dist.all_reduce on {world} ranks")
+        if not verdict.passed:
+            return verdict
+        sent += [(world, per_case[0]["sent"], per_case[0]["bytes"])]
+    bytes_note = "; ".join(f"N = {n}: {b:,} bytes sent per rank for {m:,} (2(N−1)/N · M = "
+                           f"{collective_bytes('all_reduce', m, n):,.0f})" for n, b, m in sent)
+    return Outcome("pass", f"your ring matches dist.all_reduce on {len(S.exercise_worlds)} launch(es) × "
+                           f"{len(job.sizes)} tensor sizes ({bytes_note})", 0.0)
+
+
+def _badness(result: dict) -> float:
+    return float("inf") if result.get("error") else result["difference"]
+
+
+def show_solution() -> None:
+    """The reference solution, folded (open it once you have tried)."""
+    code = re.sub(r"  # noqa.*", "", inspect.getsource(reference)).replace("def reference(", "def my_ring_all_reduce(")
+    display(HTML(f"<details><summary>A solution</summary><pre>{html.escape(code)}</pre></details>"))

@@ -1,0 +1,88 @@
+"""labtools.exercises and the lessons' write-it-yourself exercises: the solution passes, the stub says "not written
+yet" (and costs nothing), a typical wrong answer fails with a hint that names the case."""
+
+import torch
+
+from labtools.exercises import NOT_WRITTEN, Case, check, difference, is_stub
+from lessons import data_parallel
+from lessons.data_parallel import ring_exercise
+
+
+def clip_reference(grads: list[torch.Tensor], max_norm: float) -> None:
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    for g in grads:
+        g.mul_(min(1.0, max_norm / (total.item() + 1e-6)))
+
+
+CASES = [Case("two small tensors", ([torch.full((1,), 0.5), torch.full((1,), 0.5)], 1.0)),
+         Case("one huge, one tiny", ([torch.full((4,), 100.0), torch.full((4,), 1e-3)], 1.0),
+              hint="the norm is over all gradients together, not per tensor")]
+
+
+def test_a_right_answer_passes_with_its_largest_difference():
+    def mine(grads, max_norm):
+        norm = sum(g.pow(2).sum() for g in grads).sqrt()
+        for g in grads:
+            g.mul_(min(1.0, max_norm / (norm.item() + 1e-6)))
+
+    out = check(mine, clip_reference, CASES)
+    assert out.passed and "2 cases" in out.message and out.worst < 1e-6
+
+
+def test_the_stub_is_not_written_yet_and_nothing_runs():
+    ran = []
+
+    def mine(grads, max_norm):
+        """Clip all gradients together to max_norm."""
+        ran.append(1)
+        raise NotImplementedError("your code here")
+
+    assert is_stub(mine)
+    out = check(mine, clip_reference, CASES)
+    assert out.status == "not written" and out.message == NOT_WRITTEN and ran == []
+
+
+def test_clipping_per_tensor_fails_on_the_case_that_shows_it_with_the_hint():
+    def per_tensor(grads, max_norm):
+        for g in grads:
+            g.mul_(min(1.0, max_norm / (g.norm().item() + 1e-6)))
+
+    out = check(per_tensor, clip_reference, CASES)
+    assert out.status == "fail" and "one huge, one tiny" in out.message and "not per tensor" in out.message
+
+
+def test_an_error_names_the_case_and_the_learners_line_not_a_traceback():
+    def broken(grads, max_norm):
+        total = 0.0
+        return total / 0
+
+    out = check(broken, clip_reference, CASES)
+    assert out.status == "fail" and "ZeroDivisionError" in out.message and "line 3 of your function" in out.message
+    assert "Traceback" not in out.message
+
+
+def test_difference_refuses_a_different_shape_or_structure():
+    assert difference(torch.ones(3), torch.ones(3)) == 0.0
+    assert difference(torch.ones(3), torch.ones(4)) == float("inf")
+    assert difference([1.0, 2.0], [1.0]) == float("inf")
+    assert difference({"a": 1.0}, {"a": 1.5}) == 0.5
+
+
+def test_lesson_07_ring_on_real_ranks_solution_passes_and_a_ring_without_all_gather_fails():
+    S = data_parallel.settings("smoke")
+    good = ring_exercise.check(ring_exercise.reference, S)
+    assert good.passed and "2(N−1)/N · M = 64" in good.message and "64 bytes sent" in good.message
+
+    def my_ring_all_reduce(x, exchange):
+        raise NotImplementedError
+
+    assert ring_exercise.check(my_ring_all_reduce, S).message == NOT_WRITTEN  # no launch
+
+    def reduce_scatter_only(x, exchange):
+        n, r = dist.get_world_size(), dist.get_rank()  # noqa: F821 - the ranks provide dist
+        chunks = list(x.view(-1).tensor_split(n))
+        for s in range(n - 1):
+            chunks[(r - s - 1) % n] += exchange(chunks[(r - s) % n], chunks[(r - s - 1) % n])
+
+    bad = ring_exercise.check(reduce_scatter_only, S)
+    assert bad.status == "fail" and "12 elements on 3 ranks" in bad.message and "one chunk is right" in bad.message
