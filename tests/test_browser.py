@@ -21,6 +21,7 @@ import nbformat
 import pytest
 from jupyter_browser import (KERNELSPEC, Browser, JupyterLab, cell_errors, close_notebook, leftovers, move_and_watch,
                              open_notebook, page_problems, panels, run_all, save, smoke_copy)
+from test_prose import FRAMED, problems
 
 from labtools.claims import KINDS, read_ledgers
 
@@ -149,6 +150,10 @@ def test_lesson_runs_in_jupyterlab_and_its_panels_respond(path, lab, record_prop
     failed = [f"{c['statement']}: {c['kind']} {c['measured']}, expected {c['expected']}"
               for c in claims if not c["passed"]]
     assert not failed, f"{lesson}: claims that did not hold:\n" + "\n".join(failed)
+    if lesson in FRAMED:  # what the run printed for the learner follows the same rules as the notebook's prose
+        printed = "\n\n".join("".join(out["data"]["text/markdown"]) for cell in seen["saved"]["cells"]
+                              for out in cell.get("outputs", []) if "text/markdown" in out.get("data", {}))
+        assert printed and not problems(printed), f"{lesson}: findings a learner reads: {problems(printed)}"
 
     for p in seen["panels"]:
         assert not p["error"], f"{lesson}: panel {p['title']!r} failed after {p['action']}: {p['error']}"
