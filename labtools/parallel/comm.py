@@ -19,30 +19,30 @@ import torch
 import torch.distributed as dist
 
 
+def ring_steps(n: int, r: int) -> list[tuple[str, int, int]]:
+    """Rank r's 2(n − 1) steps of the ring all-reduce, (phase, chunk sent right, chunk received from the left):
+    "reduce" adds the incoming chunk, "gather" copies it. The real ring below and lesson 07's pictures use this."""
+    return ([("reduce", (r - s) % n, (r - s - 1) % n) for s in range(n - 1)]
+            + [("gather", (r + 1 - s) % n, (r - s) % n) for s in range(n - 1)])
+
+
 def ring_all_reduce(t: torch.Tensor) -> int:
     """Sum t over all ranks in place with the ring algorithm; return the bytes this rank sent."""
     n, r = dist.get_world_size(), dist.get_rank()
     if n == 1:
         return 0
-    flat = t.view(-1)
-    chunks = list(flat.tensor_split(n))  # views into t: updates land in place
+    chunks = list(t.view(-1).tensor_split(n))  # views into t: updates land in place
     right, left = (r + 1) % n, (r - 1) % n
     sent = 0
-    for step in range(n - 1):  # reduce-scatter: after it, rank r holds the full sum of chunk (r + 1) % n
-        send_idx, recv_idx = (r - step) % n, (r - step - 1) % n
+    for phase, send_idx, recv_idx in ring_steps(n, r):  # reduce-scatter, then all-gather
         incoming = torch.empty_like(chunks[recv_idx])
         reqs = [dist.isend(chunks[send_idx].contiguous(), right), dist.irecv(incoming, left)]
         for q in reqs:
             q.wait()
-        chunks[recv_idx].add_(incoming)
-        sent += chunks[send_idx].numel() * t.element_size()
-    for step in range(n - 1):  # all-gather: pass each finished chunk once around the ring
-        send_idx, recv_idx = (r + 1 - step) % n, (r - step) % n
-        incoming = torch.empty_like(chunks[recv_idx])
-        reqs = [dist.isend(chunks[send_idx].contiguous(), right), dist.irecv(incoming, left)]
-        for q in reqs:
-            q.wait()
-        chunks[recv_idx].copy_(incoming)
+        if phase == "reduce":
+            chunks[recv_idx].add_(incoming)  # after n − 1 of these rank r holds the full sum of chunk (r + 1) % n
+        else:
+            chunks[recv_idx].copy_(incoming)
         sent += chunks[send_idx].numel() * t.element_size()
     return sent
 

@@ -260,3 +260,38 @@ def ring_exercise(job: RingExercise) -> dict:
         diff = (x - want).abs().max().item() if size else 0.0
         results.append(case | {"difference": diff, "sent": sent, "hint": _ring_hint(x, want, n) if diff else ""})
     return {"results": results}
+
+
+# --- the collectives primer: each collective's "after", from real ranks ------------------------------------------
+
+
+def collectives() -> dict:
+    """Each collective on N chunks of one element per rank, rank r's values 2^r (exact in float64), so a value
+    is the bitmask of the ranks it sums; {kind: this rank's chunks afterwards as bitmasks, None where it holds no
+    data}. The ring is labtools' written-out one; the rest are torch.distributed's."""
+    n, r, chunk = world_size(), rank(), 1
+    mine = lambda: torch.full((n * chunk,), float(2 ** r), dtype=torch.float64)  # noqa: E731 - a fresh copy each
+    masks = lambda t: [int(c[0].item()) for c in t.view(n, chunk)]  # noqa: E731 - one value per chunk
+    out = {}
+    x = mine() if r == 0 else torch.zeros(n * chunk, dtype=torch.float64)
+    dist.broadcast(x, src=0)
+    out["broadcast"] = masks(x)
+    x = mine()
+    dist.reduce(x, dst=0)
+    out["reduce"] = masks(x) if r == 0 else masks(mine())  # the root's result; the others keep their input
+    x = mine()
+    dist.all_reduce(x)
+    out["all_reduce"] = masks(x)
+    x = mine()
+    ring_all_reduce(x)
+    out["ring_all_reduce"] = masks(x)
+    mine_chunk = torch.empty(chunk, dtype=torch.float64)
+    dist.reduce_scatter_tensor(mine_chunk, mine())
+    out["reduce_scatter"] = [int(mine_chunk[0].item()) if c == r else None for c in range(n)]
+    x = torch.empty(n * chunk, dtype=torch.float64)
+    dist.all_gather_into_tensor(x, mine()[r * chunk:(r + 1) * chunk])
+    out["all_gather"] = masks(x)
+    x = torch.empty(n * chunk, dtype=torch.float64)
+    dist.all_to_all_single(x, mine())
+    out["all_to_all"] = masks(x)
+    return out
