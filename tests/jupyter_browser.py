@@ -333,6 +333,28 @@ def page_problems(page, settle: float = 15) -> list[str]:
     return problems
 
 
+def fill_exercise(page, solution: str, timeout: float) -> str:
+    """Do an exercise as a learner would: in the cell that still raises NotImplementedError, select everything,
+    type the solution (inserted as typed text, so the editor's auto-indent leaves it alone), run that cell and
+    the next one (the check), and return the text the check printed ('' if nothing came in `timeout` s)."""
+    cells = page.locator(".jp-Notebook .jp-CodeCell")
+    texts = cells.locator(".cm-content").all_inner_texts()
+    i = next(k for k, t in enumerate(texts) if "raise NotImplementedError" in t)
+    stub, check = cells.nth(i), cells.nth(i + 1)  # by position: once filled, the stub no longer matches its text
+    stub.locator(".cm-content").click()
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text(solution)
+    page.keyboard.press("Shift+Enter")  # run the stub's cell; the next cell (the check) is now the active one
+    page.keyboard.press("Shift+Enter")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = check.locator(".jp-OutputArea-output").all_inner_texts()
+        if any(mark in t for t in text for mark in ("✓", "✗", "not written yet")):
+            return "\n".join(text)
+        time.sleep(0.5)
+    return ""
+
+
 def panels(page) -> list:
     """Every control panel (labtools.widgets.Panel) on the page, as locators."""
     return page.locator(".lab-panel").all()

@@ -10,6 +10,7 @@ One lesson at a time: a two-lanes version (two pages, one torch thread per kerne
 reverted.
 """
 
+import importlib
 import json
 import os
 import secrets
@@ -20,7 +21,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from jupyter_browser import (KERNELSPEC, Browser, JupyterLab, cell_errors, close_notebook, leftovers, move_and_watch,
-                             open_notebook, page_problems, panels, run_all, save, smoke_copy)
+                             fill_exercise, open_notebook, page_problems, panels, run_all, save, smoke_copy)
 from test_prose import FRAMED, problems
 
 from labtools.claims import KINDS, read_ledgers
@@ -34,6 +35,13 @@ WAIT_TIMEOUT_S = 1800
 ARTIFACTS = ROOT / "build" / "browser"
 RUN_TIMEOUT_S = 300   # a smoke notebook takes about a minute; this only bounds a hang
 PANEL_TIMEOUT_S = 120  # training panels run one small training; formula panels answer in well under a second
+EXERCISE_TIMEOUT_S = 120
+# The lessons whose exercise the browser fills in, with the module that holds its solution (solution_source()).
+EXERCISES = {"07_data_parallel": "lessons.data_parallel.ring_exercise"}
+
+
+def solution(lesson: str) -> str:
+    return importlib.import_module(EXERCISES[lesson]).solution_source()
 
 pytestmark = [pytest.mark.notebook, pytest.mark.browser]
 
@@ -78,6 +86,9 @@ def drive(server: JupyterLab, page, name: str, screenshot: bool = True) -> dict:
         # down rather than up: a panel that trains then trains something smaller (fewer layers, ranks, steps)
         seen["panels"] = [move_and_watch(page, p, PANEL_TIMEOUT_S, step=-1) for p in panels(page)]
         stage("panels")
+        if seen["lesson"] in EXERCISES:
+            seen["exercise"] = fill_exercise(page, solution(seen["lesson"]), EXERCISE_TIMEOUT_S)
+            stage("exercise")
         failed = seen["errors"] or seen["problems"] or any(p["error"] or p["changed_ms"] is None
                                                            for p in seen["panels"])
         if failed and screenshot:
@@ -155,6 +166,9 @@ def test_lesson_runs_in_jupyterlab_and_its_panels_respond(path, lab, record_prop
                               for out in cell.get("outputs", []) if "text/markdown" in out.get("data", {}))
         assert printed and not problems(printed), f"{lesson}: findings a learner reads: {problems(printed)}"
 
+    if lesson in EXERCISES:
+        assert "✓" in seen["exercise"], f"{lesson}: the exercise, filled in with its solution, printed " \
+                                        f"{seen['exercise']!r}"
     for p in seen["panels"]:
         assert not p["error"], f"{lesson}: panel {p['title']!r} failed after {p['action']}: {p['error']}"
         assert p["changed_ms"] is not None, \
