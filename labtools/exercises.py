@@ -120,35 +120,65 @@ def difference(a, b) -> float:
 
 def _short(x) -> str:
     if isinstance(x, torch.Tensor):
-        return f"tensor of shape {tuple(x.shape)}" if x.numel() > 6 else str(x.tolist())
+        return f"a tensor of shape {tuple(x.shape)}" if x.numel() > 6 else "[" + ", ".join(f"{v:.4g}" for v in
+                                                                                             x.flatten().tolist()) + "]"
+    if isinstance(x, (list, tuple)):
+        return f"{len(x)} values"
     return repr(x)[:80]
 
 
-def check(fn: Callable, reference: Callable, cases: Sequence[Case], *, tol: float = 1e-6,
+def check(fn: Callable, reference: Callable, cases: Sequence[Case], *, tol: float = 1e-6, relative: bool = False,
           what: str = "your function") -> Outcome:
     """Run fn and the reference on every case (each on its own copy of the arguments) and compare: the return
-    values, or the arguments after the call when the reference returns None (an in-place function)."""
+    values, or the arguments after the call when the reference returns None (an in-place function). relative:
+    the difference is divided by the largest magnitude in the reference's result (at least 1)."""
     if is_stub(fn):
         return Outcome("not written", NOT_WRITTEN)
     worst = 0.0
     for case in cases:
         mine, theirs = copy.deepcopy(case.args), copy.deepcopy(case.args)
         expected = reference(*theirs)
+        hint = f" — hint: {case.hint}" if case.hint else ""
         try:
             got = fn(*mine)
+        except NotImplementedError:
+            return Outcome("not written", NOT_WRITTEN)
         except Exception as e:  # noqa: BLE001 - the learner's error becomes a message, not a traceback
-            hint = f" — hint: {case.hint}" if case.hint else ""
             return Outcome("fail", f"case '{case.name}': {where_it_failed(e, fn.__code__.co_filename)}{hint}")
         if expected is None:
             expected, got = theirs, mine
-        d = difference(got, expected)
+        d = _relative(got, expected) if relative else difference(got, expected)
         worst = max(worst, d)
         if not d <= tol:
-            hint = f" — hint: {case.hint}" if case.hint else ""
-            return Outcome("fail", f"case '{case.name}': expected {_short(expected)}, got {_short(got)} "
-                                   f"(largest difference {d:.1e}, allowed {tol:.0e}){hint}", d)
-    return Outcome("pass", f"{what} matches the reference on {len(cases)} cases "
-                           f"(largest difference {worst:.1e})", worst)
+            return Outcome("fail", f"case '{case.name}': {_where(got, expected)} (largest {'relative ' * relative}"
+                                   f"difference {d:.1e}, allowed {tol:.0e}){hint}", d)
+    return Outcome("pass", f"{what} matches the reference on {len(cases)} cases (largest "
+                           f"{'relative ' * relative}difference {worst:.1e})", worst)
+
+
+def _relative(got, expected) -> float:
+    """The difference of each output divided by that output's largest magnitude (at least 1), worst output."""
+    if isinstance(expected, (list, tuple)) and isinstance(got, (list, tuple)) and len(got) == len(expected):
+        return max([_relative(g, e) for g, e in zip(got, expected)], default=0.0)
+    return difference(got, expected) / _magnitude(expected)
+
+
+def _magnitude(x) -> float:
+    if isinstance(x, torch.Tensor):
+        return max(1.0, x.abs().max().item() if x.numel() else 0.0)
+    if isinstance(x, (list, tuple)):
+        return max([_magnitude(v) for v in x], default=1.0)
+    if isinstance(x, dict):
+        return max([_magnitude(v) for v in x.values()], default=1.0)
+    return max(1.0, abs(x)) if isinstance(x, (int, float)) else 1.0
+
+
+def _where(got, expected) -> str:
+    """Which output differs, and how, in a few words."""
+    if isinstance(expected, (list, tuple)) and isinstance(got, (list, tuple)) and len(got) == len(expected):
+        i = max(range(len(expected)), key=lambda k: difference(got[k], expected[k]))
+        return f"output {i + 1} of {len(expected)} differs: expected {_short(expected[i])}, got {_short(got[i])}"
+    return f"expected {_short(expected)}, got {_short(got)}"
 
 
 def outcome(results: Sequence[dict], *, tol: float, what: str, reference: str) -> Outcome:

@@ -37,7 +37,8 @@ RUN_TIMEOUT_S = 300   # a smoke notebook takes about a minute; this only bounds 
 PANEL_TIMEOUT_S = 120  # training panels run one small training; formula panels answer in well under a second
 EXERCISE_TIMEOUT_S = 120
 # The lessons whose exercise the browser fills in, with the module that holds its solution (solution_source()).
-EXERCISES = {"07_data_parallel": "lessons.data_parallel.ring_exercise"}
+EXERCISES = {"00_training_loop": "lessons.training_loop.adamw_exercise",
+             "07_data_parallel": "lessons.data_parallel.ring_exercise"}
 
 
 def solution(lesson: str) -> str:

@@ -86,3 +86,22 @@ def test_lesson_07_ring_on_real_ranks_solution_passes_and_a_ring_without_all_gat
 
     bad = ring_exercise.check(reduce_scatter_only, S)
     assert bad.status == "fail" and "12 elements on 3 ranks" in bad.message and "one chunk is right" in bad.message
+
+
+def test_lesson_00_adamw_step_solution_passes_and_adam_with_l2_fails_on_weight_decay():
+    from lessons.training_loop import adamw_exercise
+
+    assert adamw_exercise.check_step(adamw_exercise.reference).passed
+
+    def my_adamw_step(p, g, m, v, t, lr, beta1, beta2, eps, weight_decay):
+        raise NotImplementedError
+
+    assert adamw_exercise.check_step(my_adamw_step).message == NOT_WRITTEN
+
+    def adam_l2(p, g, m, v, t, lr, beta1, beta2, eps, weight_decay):
+        g = g + weight_decay * p  # L2 through the gradient: not AdamW
+        m, v = beta1 * m + (1 - beta1) * g, beta2 * v + (1 - beta2) * g * g
+        return p - lr * (m / (1 - beta1**t)) / ((v / (1 - beta2**t)).sqrt() + eps), m, v
+
+    out = adamw_exercise.check_step(adam_l2)
+    assert out.status == "fail" and "weight decay 0.1" in out.message and "Adam + L2" in out.message

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FRAMED = ("07_data_parallel",)
+FRAMED = ("00_training_loop", "07_data_parallel")
 PARAGRAPH_WORDS, BULLET_WORDS = 80, 50
 INSIDER = re.compile(r"\b(the|a|this course's|our) (source )?articles?\b|\bsource articles?\b|\bthe seeds?\b", re.I)
 OPENING = ("What you will learn", "Before you start", "Time")

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 import torch
 
 from labtools import data, plots
-from labtools.claims import Ledger, approx
+from labtools.claims import Findings, Ledger, approx
 from labtools.device import pick_device
 from labtools.optim import param_groups
 from labtools.progress import progress
@@ -45,13 +45,12 @@ def time_phases(S: Settings, corpus: data.Corpus) -> dict[str, list[float]]:
     return times
 
 
-def phase_summary(times: dict[str, list[float]]) -> str:
+def phase_summary(times: dict[str, list[float]]) -> Findings:
     med = {k: statistics.median(v) for k, v in times.items()}
     f, b = med["forward"], med["backward"]
     share = 100 * (med["step"] + med["clip"]) / sum(med.values())
-    return (f"Measured here: forward {f:.2f} ms, backward {b:.2f} ms — backward took **{b / f:.2f}×** the forward "
-            "(the FLOP count says about 2×: per forward matmul, one matmul for the input gradient and one for the "
-            f"weight gradient). Clipping and the optimizer step: {share:.0f}% of the step.")
+    return Findings([f"Forward {f:.2f} ms, backward {b:.2f} ms: backward took **{b / f:.2f}×** the forward.",
+                     f"Clipping and the optimizer step: {share:.0f}% of the step."])
 
 
 def phase_figure(times: dict[str, list[float]]) -> go.Figure:
@@ -66,7 +65,8 @@ def phase_figure(times: dict[str, list[float]]) -> go.Figure:
     return fig
 
 
-def first_step_findings(ledger: Ledger, vocab_size: int, *, init_loss: float, sigma: float, update_ratio: float) -> str:
+def first_step_findings(ledger: Ledger, vocab_size: int, *, init_loss: float, sigma: float,
+                        update_ratio: float) -> Findings:
     """The written-out step's numbers (measured in the notebook cell) against what theory predicts."""
     ln_v = math.log(vocab_size)
     predicted = ln_v + sigma**2 / 2
@@ -76,6 +76,8 @@ def first_step_findings(ledger: Ledger, vocab_size: int, *, init_loss: float, si
                init_loss, approx(predicted, rel=0.01), kind="measured")
     ledger.add("adam_first_step", "Adam's first step moves every parameter by ≈ lr, so ‖Δθ‖ ≈ lr·√N (ratio within 5% "
                "of 1)", update_ratio, approx(1.0, abs=0.05), kind="measured")
-    return (f"Loss at initialisation **{init_loss:.4f}** against ln V = {ln_v:.4f} and ln V + σ²/2 = {predicted:.4f} "
-            f"(σ = {sigma:.4f}, the spread of the initial logits); Adam's first step moved the parameters by "
-            f"{update_ratio:.4f} × lr·√N.")
+    return Findings([
+        f"Loss at initialisation **{init_loss:.4f}**, against ln V = {ln_v:.4f}: the predictions start near uniform.",
+        f"More precisely ln V + σ²/2 = {predicted:.4f}, with σ = {sigma:.4f} the spread of the initial logits.",
+        f"Adam's first step moved the parameters by **{update_ratio:.4f}** × η√P: every parameter by about η.",
+    ])

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from labtools import data
-from labtools.claims import Ledger, at_least, at_most
+from labtools.claims import Findings, Ledger, at_least, at_most
 from labtools.model import GPT
 from labtools.train import History, train
 from lessons.training_loop import Settings, build_model, train_config
@@ -37,7 +37,7 @@ def sample(model: GPT, corpus: data.Corpus, prompt: str, n: int, seed: int = 0) 
     return corpus.decode(out[0].tolist())
 
 
-def floor_findings(ledger: Ledger, S: Settings, corpus: data.Corpus, h: History) -> str:
+def floor_findings(ledger: Ledger, S: Settings, corpus: data.Corpus, h: History) -> Findings:
     gap = h.final_val_loss - corpus.entropy_rate
     window = corpus.loss_floor(S.block_size)
     tokens_per_s = statistics.median(h.tokens_per_s)
@@ -50,18 +50,18 @@ def floor_findings(ledger: Ledger, S: Settings, corpus: data.Corpus, h: History)
     ledger.note("window_floor_gap_nats", h.final_val_loss - window)
     ledger.note("synthetic_seconds", h.seconds)
     ledger.note("tokens_per_s_median", tokens_per_s)
-    return (f"After {S.steps} steps ({h.seconds:.0f} s, median {tokens_per_s:,.0f} tokens/s) "
-            f"the validation loss is **{h.final_val_loss:.4f}** nats/token: **{gap:.3f}** above the entropy rate "
-            f"{corpus.entropy_rate:.4f}, and {h.final_val_loss - window:.3f} above the floor for {S.block_size}-token "
-            f"windows ({window:.4f}), which counts the first tokens of each window that have fewer than two tokens of "
-            "context.")
+    return Findings([
+        f"After {S.steps} steps ({h.seconds:.0f} s, {tokens_per_s:,.0f} tokens/s): validation loss "
+        f"**{h.final_val_loss:.4f}** nats/token, **{gap:.3f}** above the entropy rate {corpus.entropy_rate:.4f}.",
+        f"That is {h.final_val_loss - window:.3f} above the floor for {S.block_size}-token windows ({window:.4f}).",
+    ])
 
 
-def text_findings(ledger: Ledger, h1: float, h: History) -> str:
+def text_findings(ledger: Ledger, h1: float, h: History) -> Findings:
     """h1: the corpus's unigram entropy (unigram_entropy), the loss of a model that ignores context."""
     ledger.add("uses_context", f"On text, val loss falls below the unigram entropy {h1:.3f} "
                "(the model uses context, not just character frequencies)", h.final_val_loss, at_most(h1),
                kind="measured")
     ledger.note("text_seconds", h.seconds)
-    return (f"Validation loss on text after {len(h.step)} steps: **{h.final_val_loss:.3f}** nats/character, against "
-            f"{h1:.3f} for a model that only knows character frequencies (the unigram entropy).")
+    return Findings([f"Validation loss on text after {len(h.step)} steps: **{h.final_val_loss:.3f}** nats/character, "
+                     f"against {h1:.3f} for a model that only knows character frequencies."])
