@@ -105,3 +105,22 @@ def test_lesson_00_adamw_step_solution_passes_and_adam_with_l2_fails_on_weight_d
 
     out = adamw_exercise.check_step(adam_l2)
     assert out.status == "fail" and "weight decay 0.1" in out.message and "Adam + L2" in out.message
+
+
+def test_lesson_02_schedule_solution_passes_and_a_schedule_that_does_not_clamp_fails_past_the_end():
+    import math
+
+    from lessons.lr_schedules import schedule_exercise
+
+    namespace = {"math": math}
+    exec(schedule_exercise.solution_source(), namespace)  # noqa: S102 - the lesson's own solution, as a cell holds it
+    assert schedule_exercise.check_schedule(namespace["my_warmup_cosine"]).passed
+
+    def no_clamp(step, warmup, total, min_ratio):
+        if step < warmup:
+            return step / warmup
+        p = (step - warmup) / (total - warmup)
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * p))
+
+    out = schedule_exercise.check_schedule(no_clamp)
+    assert out.status == "fail" and "past the end" in out.message and "clamp" in out.message

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FRAMED = ("00_training_loop", "07_data_parallel")
+FRAMED = ("00_training_loop", "02_lr_schedules", "07_data_parallel")
 PARAGRAPH_WORDS, BULLET_WORDS = 80, 50
-INSIDER = re.compile(r"\b(the|a|this course's|our) (source )?articles?\b|\bsource articles?\b|\bthe seeds?\b", re.I)
+# "the articles", "a source article", "the seeds" (sources the learner never sees); "the seed" of an RNG is fine
+INSIDER = re.compile(r"\b(the|a|this course's|our) (source )?articles?\b|\bsource articles?\b|\bthe seeds\b"
+                     r"|\bseed (articles?|documents?|sources?)\b", re.I)
 OPENING = ("What you will learn", "Before you start", "Time")
 ENDING = ("Key takeaways", "Try next")
 
@@ -85,5 +87,6 @@ def test_the_rules_can_fail():
     assert problems(long) and "81 words" in problems(long)[0]
     assert problems("- " + "word " * 51) and not problems("- " + "word " * 49)
     assert problems("As the articles say, it works.")[0].startswith("insider word")
+    assert problems("One of the seeds claims 2×.") and not problems("The sign changes with the seed.")
     assert not problems("```\n" + long + "\n```\n\n$$" + long + "$$")  # code and display maths do not count
     assert words("the ring sends $2\\frac{N-1}{N}M$ bytes (`collective_bytes`)") == 6

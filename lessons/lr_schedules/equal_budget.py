@@ -3,7 +3,7 @@
 import plotly.graph_objects as go
 
 from labtools import plots
-from labtools.claims import Ledger, approx, at_least, at_most
+from labtools.claims import Findings, Ledger, approx, at_least, at_most
 from labtools.schedules import bind, warmup_cosine
 from labtools.train import History
 from lessons.lr_schedules import Settings, train_run
@@ -42,7 +42,7 @@ def finals_figure(runs: dict[str, History], title: str) -> go.Figure:
     return fig
 
 
-def findings(ledger: Ledger, S: Settings, runs: dict[str, History]) -> str:
+def findings(ledger: Ledger, S: Settings, runs: dict[str, History]) -> Findings:
     f = {n: h.final_val_loss for n, h in runs.items()}
     best = min(f, key=f.get)
     const = f["constant (after warmup)"]
@@ -59,16 +59,14 @@ def findings(ledger: Ledger, S: Settings, runs: dict[str, History]) -> str:
     mid = {shape: moderate_share(shape) for shape in ("cosine", "linear")}
     ledger.add("cosine_moderate", "\"Cosine spends more time at moderate learning rates than linear\" is backwards: "
                "cosine spends 1/3 of its decay in the middle half of the range, linear 1/2 (cosine's share ÷ "
-               "linear's)", mid["cosine"] / mid["linear"], approx(2 / 3, rel=0.01), source="a source article",
-               kind="computed")
+               "linear's)", mid["cosine"] / mid["linear"], approx(2 / 3, rel=0.01),
+               source="a widely repeated statement", kind="computed")
     others = ", ".join(f"{n} {v:.3f}" for n, v in decaying.items())
-    return (f"Same {S.budget} steps and peak lr {S.peak_lr:g}: constant ends at {const:.3f}; {others}. "
-            f"Best: **{best}**. "
-            + ("At this length the differences are within run-to-run noise (their sign changes with the seed), so "
-               "this profile makes no claim about them; the `cpu` profile's longer runs separate them. "
-               if S.decay_margin is None else "")
-            + "Decaying the learning rate at the end lowers the loss because a smaller step averages out more of the "
-            "gradient noise; the schedule decides *when* that happens. Cosine lingers near the peak and near the "
-            f"floor, not in the middle: {mid['cosine']:.1%} of its decay steps have an lr between 25% and 75% of the "
-            f"way from floor to peak, against {mid['linear']:.1%} for linear (computed) — the opposite of what one "
-            "source article says.")
+    return Findings([
+        f"Same {S.budget} steps and peak lr {S.peak_lr:g}: constant ends at **{const:.3f}**; {others}.",
+        f"Best: **{best}**." + (" At this length the differences are within run-to-run noise (their sign changes "
+                                "with the seed); the `cpu` profile's longer runs separate them." if S.decay_margin
+                                is None else ""),
+        f"Cosine spends **{mid['cosine']:.1%}** of its decay between 25% and 75% of the way from floor to peak, linear "
+        f"{mid['linear']:.1%} (computed): cosine lingers near the peak and the floor, not in the middle.",
+    ])

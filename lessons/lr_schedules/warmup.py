@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from labtools import plots
-from labtools.claims import Ledger, approx, at_least, between
+from labtools.claims import Findings, Ledger, approx, at_least, between
 from labtools.schedules import bind, warmup_cosine, warmup_linear
 from labtools.train import History, StepInfo
 from lessons.lr_schedules import BETAS, Settings, train_run
@@ -99,7 +99,7 @@ def moderate_share(shape: str, steps: int = 100_000) -> float:
     return float(((lr >= 0.25) & (lr <= 0.75)).mean())
 
 
-def findings(ledger: Ledger, S: Settings, runs: dict[str, History]) -> str:
+def findings(ledger: Ledger, S: Settings, runs: dict[str, History]) -> Findings:
     w = warmup_stats(runs)
     ledger.add("early_steps_large", "Without warmup, Adam's first steps are full-size: update RMS over steps 1–5 ÷ at "
                "step 50", w["early_update_rms"] / w["update_rms_at_50"], at_least(2.0), kind="measured")
@@ -108,8 +108,8 @@ def findings(ledger: Ledger, S: Settings, runs: dict[str, History]) -> str:
                w["first_relative_step_no_warmup"] / w["max_relative_step_warmup"], at_least(3.0), kind="measured")
     ledger.add("bias_corrected_full", "With bias correction, Adam's first update is exactly full-size, not inflated: "
                "RMS of m̂/(√v̂+ε) over the entries with a gradient at step 1 (= |g|/(|g|+ε))",
-               w["first_update_rms"], between(0.99, 1.0), source="'√v̂ is artificially small early' (a source article)",
-               kind="measured")
+               w["first_update_rms"], between(0.99, 1.0),
+               source="'√v̂ is artificially small early' (a common explanation of warmup)", kind="measured")
     beta2 = BETAS[1]
     ledger.add("uncorrected_small", f"… without it, at the runs' β2 = {beta2} it would be smaller, not larger: "
                "m/(√v+ε) at step 1 ÷ (1 − β1)/√(1 − β2)",
@@ -122,27 +122,18 @@ def findings(ledger: Ledger, S: Settings, runs: dict[str, History]) -> str:
     else:  # at the smoke profile's 200 steps the sign of this difference changes from seed to seed
         ledger.note("warmup_final_val_gain", gain)
     ledger.note("warmup", w)
-    return (f"At peak lr {S.warmup_lr:g} without warmup, Adam's normalised update had RMS "
-            f"{w['early_update_rms']:.2f} over "
-            f"the first 5 steps and {w['update_rms_at_50']:.2f} at step 50: the first steps move every weight by "
-            f"nearly the full lr. The very first step changed the weights by {w['first_relative_step_no_warmup']:.0%} "
-            f"of their norm; with warmup the largest relative step was {w['max_relative_step_warmup']:.0%}. Final val "
-            f"loss: {w['final_val_no_warmup']:.3f} without warmup, {w['final_val_warmup']:.3f} with"
-            + (" (runs this short do not settle which ends lower: the sign of the difference changes with the seed, "
-               "so this profile makes no claim about it)" if S.warmup_margin is None else "")
-            + f". The largest training loss after step 10: {w['max_loss_after_10_no_warmup']:.2f} without warmup "
-            f"(step {w['spike_step_no_warmup']}), {w['max_loss_after_10_warmup']:.2f} with (step "
-            f"{w['spike_step_warmup']}, lr {w['spike_lr_warmup']:.2g}; warmup ends at step {w['warmup_end']}). "
-            "Warmup does not make a too-high peak lr safe, it only spares the first steps: the warmed-up run still "
-            "meets large steps as its lr climbs, after the loss has already fallen — here its spike was the "
-            + ("larger" if w["max_loss_after_10_warmup"] > w["max_loss_after_10_no_warmup"] else "smaller")
-            + " one.\n\n"
-            "**Why the first steps are full-size.** One source says warmup exists because Adam's √v̂ is "
-            "\"artificially small early\". With bias correction it is not: v̂ is the running mean of g², so at step "
-            f"1 m̂/√v̂ = g/|g| — measured RMS {w['first_update_rms']:.4f} over the entries that had a gradient. Every "
-            "weight moves by the full lr whatever its gradient's size, which is the reason to warm up. Without bias "
-            f"correction the first update would be (1 − β1)/√(1 − β2) = {w['first_update_rms_uncorrected']:.3f} "
-            f"(measured) at β2 = {beta2} — *smaller*; only at β2 = 0.999 would it be larger "
-            f"({uncorrected_first_step(0.999):.2f}, "
-            "computed). The "
-            "artificially small √v is the uncorrected one, which no modern optimizer uses.")
+    return Findings([
+        f"Without warmup, Adam's normalised update had RMS **{w['early_update_rms']:.2f}** over the first 5 steps and "
+        f"{w['update_rms_at_50']:.2f} at step 50: the first steps move every weight by nearly the full lr.",
+        f"The first step changed the weights by **{w['first_relative_step_no_warmup']:.0%}** of their norm; with "
+        f"warmup the largest relative step was {w['max_relative_step_warmup']:.0%}.",
+        f"Final val loss {w['final_val_no_warmup']:.3f} without warmup, {w['final_val_warmup']:.3f} with"
+        + (" — runs this short do not settle which is lower (the sign changes with the seed)." if S.warmup_margin
+           is None else "."),
+        f"Largest training loss after step 10: {w['max_loss_after_10_no_warmup']:.2f} without warmup (step "
+        f"{w['spike_step_no_warmup']}), {w['max_loss_after_10_warmup']:.2f} with (step {w['spike_step_warmup']}, lr "
+        f"{w['spike_lr_warmup']:.2g}; warmup ends at step {w['warmup_end']}).",
+        f"At step 1, m̂/√v̂ = g/|g|: measured RMS **{w['first_update_rms']:.4f}**. Without bias correction it would be "
+        f"{w['first_update_rms_uncorrected']:.3f} (measured) at β2 = {beta2}: smaller; at β2 = 0.999, "
+        f"{uncorrected_first_step(0.999):.2f} (computed).",
+    ])

@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 
 from labtools import plots
 from labtools.checkpoint import load_checkpoint, save_checkpoint
-from labtools.claims import Ledger, at_most, is_true
+from labtools.claims import Findings, Ledger, at_most, is_true
 from labtools.schedules import bind, wsd
 from lessons.lr_schedules import Settings, build, train_run
 from lessons.lr_schedules.equal_budget import cosine_run
@@ -60,7 +60,7 @@ def wsd_stats(r: dict) -> dict:
             "wsd_steps": r["wsd_steps"], "cosine_steps": r["cosine_steps"]}
 
 
-def findings(ledger: Ledger, r: dict) -> str:
+def findings(ledger: Ledger, r: dict) -> Findings:
     s = wsd_stats(r)
     ledger.add("wsd_short", "WSD branched at the short horizon matches a cosine run of that length (|Δ val| ≤ 0.05)",
                abs(s["wsd_short"] - s["cosine_short"]), at_most(0.05), kind="measured")
@@ -69,7 +69,9 @@ def findings(ledger: Ledger, r: dict) -> str:
     ledger.add("wsd_cheaper", "WSD needs fewer steps for both horizons than two cosine runs (computed from the "
                "schedules' lengths)", s["wsd_steps"] < s["cosine_steps"], is_true(), kind="computed")
     ledger.note("wsd", s)
-    return (f"Short horizon ({r['short_h']} steps): WSD {s['wsd_short']:.3f} vs cosine {s['cosine_short']:.3f}. Long "
-            f"horizon ({r['long_h']} steps): WSD {s['wsd_long']:.3f} vs cosine {s['cosine_long']:.3f}. Getting both "
-            f"models cost WSD {s['wsd_steps']} steps (one trunk plus the short branch's decay) and cosine "
-            f"{s['cosine_steps']} steps (two runs from scratch: a cosine run must know its length in advance).")
+    return Findings([
+        f"Short horizon ({r['short_h']} steps): WSD **{s['wsd_short']:.3f}**, cosine {s['cosine_short']:.3f}.",
+        f"Long horizon ({r['long_h']} steps): WSD **{s['wsd_long']:.3f}**, cosine {s['cosine_long']:.3f}.",
+        f"Both models cost WSD **{s['wsd_steps']}** steps (one trunk, plus the short branch's decay) and cosine "
+        f"{s['cosine_steps']} (two runs from scratch).",
+    ])
