@@ -6,7 +6,13 @@ A lesson is born in this shape (lessons/data_parallel/ is a complete example):
         __init__.py    Settings(LabConfig) + PROFILES + settings(); no plotly, ipywidgets or IPython (ranks import it)
         <section>.py   one per notebook section: run(S) -> results, figure(results), findings(ledger, results)
         playground.py  the section's panel, when it has one of its own
+        *_exercise.py  your turn: check(fn) with labtools.exercises, show_solution(), solution_source()
         ranks.py       what runs inside torchrun ranks: torch and core labtools only
+
+The notebook follows the learner's shape that tests/test_prose.py checks (list the lesson in its FRAMED):
+objectives, prerequisites, time and notation at the top; each section a question, the experiment, the result as
+bullets; key takeaways, the ledger and "try next" at the end. The browser test does the exercise with its
+solution (list the lesson in EXERCISES, tests/test_browser.py). Lessons 00, 02 and 07 are the examples.
 
 __init__.py, the settings (labtools.config says how profiles and overrides resolve):
 
