@@ -96,9 +96,9 @@ def depth_findings(ledger: Ledger, S: Settings, depth: dict, shapes: dict) -> st
     worst = worst_prediction_error(depth, shapes["T"], shapes["B"])
     for L, r in ratios.items():
         ledger.add(f"ratio_{L}", f"At L = {L}, per-block checkpointing saves ≥ 5× activation memory (none ÷ block)",
-                   r, at_least(5), source="seeds: 5–10×", kind="measured")
+                   r, at_least(5), source="widely repeated: 5–10×", kind="measured")
     ledger.add("slope_block", "Checkpointing every block is not O(1): each layer still adds its input (slope ÷ input "
-               "bytes)", s_block / E, between(0.99, 1.01), source="seeds: O(1)", kind="measured")
+               "bytes)", s_block / E, between(0.99, 1.01), source="widely repeated: O(1)", kind="measured")
     ledger.add("slope_none", "Without checkpointing each layer adds 16 inputs' worth (slope ÷ input bytes, plus "
                "fp32 statistics)", s_none / E, between(16.0, 16.3), kind="measured")
     if pick_device().type == "cpu":  # fp32 on the CPU: the saved tensors are exactly the ones the formula lists

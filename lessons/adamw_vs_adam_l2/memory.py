@@ -42,7 +42,7 @@ def table(S: Settings) -> dict[str, dict]:
 
 def figure(table: dict[str, dict]) -> go.Figure:
     names = list(table)
-    return plots.bars(names, {"seeds' table": [table[n]["seeds"] for n in names],
+    return plots.bars(names, {"commonly quoted table": [table[n]["seeds"] for n in names],
                               "measured (ours)": [table[n]["ours"] for n in names],
                               "measured (torch.optim)": [table[n]["torch"] or 0 for n in names]},
                       title="Optimizer state, bytes per parameter (fp32)", yaxis="bytes / parameter")
@@ -51,22 +51,24 @@ def figure(table: dict[str, dict]) -> go.Figure:
 def findings(ledger: Ledger, memory: dict[str, dict]) -> str:
     for name, row in memory.items():
         if name == "Adafactor":
-            ledger.add("mem_adafactor", "torch.optim.Adafactor (no momentum) keeps far less than the seeds' ≈4 "
-                       "bytes/param: row and column factors only", row["torch"], at_most(1.0), source="seeds say ≈ 4",
+            ledger.add("mem_adafactor", "torch.optim.Adafactor (no momentum) keeps far less than the quoted ≈4 "
+                       "bytes/param: row and column factors only", row["torch"], at_most(1.0),
+                       source="a commonly quoted table: ≈ 4",
                        kind="measured")
         else:
             who = "torch.optim" if row["torch"] is not None else "ours (torch has no Lion)"
             ledger.add(f"mem_{name}", f"{name}: {row['seeds']} bytes of state per parameter ({who})",
                        row["torch"] if row["torch"] is not None else row["ours"],
-                       approx(row["seeds"], abs=0.01), source="seeds' table", kind="measured")
+                       approx(row["seeds"], abs=0.01), source="a commonly quoted table", kind="measured")
     ledger.add("mem_ours_as_torch", "Our optimizers keep what torch's keep (worst |ours − torch| bytes/param)",
                max(abs(r["ours"] - r["torch"]) for r in memory.values() if r["torch"] is not None), at_most(0.01),
                kind="measured")
     ledger.note("memory_bytes_per_param", memory)
     a = memory["Adafactor"]
-    return (f"Every measured value matches the seeds' table except Adafactor: {a['ours']:.3f} bytes/param here "
+    return (f"Every measured value matches the commonly quoted table except Adafactor: {a['ours']:.3f} bytes/param "
+            "here "
             f"(torch.optim.Adafactor: {a['torch']:.3f}), not ≈ 4. Without momentum, Adafactor stores only a row and a "
             "column factor per matrix (n + m numbers for n·m weights) and a full second moment only for vectors "
-            "(biases, norms). The seeds' ≈ 4 fits Adafactor *with* a first moment (β1 > 0), which costs the full 4 "
+            "(biases, norms). The quoted ≈ 4 fits Adafactor *with* a first moment (β1 > 0), which costs the full 4 "
             "bytes/param again. torch's Adam and AdamW come out a hair above 8 because they keep the step count as a "
             "one-element tensor per parameter tensor.")

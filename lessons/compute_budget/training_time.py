@@ -100,14 +100,15 @@ def weak_scaling(S: Settings) -> dict:
 
 def scaling_findings(ledger: Ledger, w: dict) -> str:
     ledger.note("weak_scaling", w)
-    ledger.add("weak_scaling", "The articles' unmeasured 'scaling efficiency of 60–80%', replaced by this machine's: "
+    ledger.add("weak_scaling", "The often-quoted, unmeasured 'scaling efficiency of 60–80%', replaced by this "
+               "machine's: "
                f"DDP's weak-scaling efficiency at {w['world']} ranks (tokens/s of all ranks ÷ {w['world']} × one rank "
                "alone, medians of alternating rounds; bounded by 1 unless the measurement is broken)",
-               w["efficiency"], between(0.05, 1.1), source="the source articles (60–80%)", kind="measured")
+               w["efficiency"], between(0.05, 1.1), source="an often-quoted figure (60–80%)", kind="measured")
     where = ("CPU ranks (gloo) sharing this machine's cores and memory bandwidth: what is lost here is mostly "
              "contention, plus the gradient all-reduce" if w["backend"] == "gloo" else
              "GPUs (NCCL): what is lost is the gradient all-reduce not hidden behind backward")
-    return (f"The source articles divide the ideal time by a 'scaling efficiency' of typically 60–80%, without a "
+    return (f"Planning guides often divide the ideal time by a 'scaling efficiency' of typically 60–80%, without a "
             f"measurement. Measured here, {w['world']} {where}: one rank alone trained "
             f"{w['solo']:,.0f} tokens/s; {w['world']} ranks together, each with the same batch, "
             f"{w['ddp']:,.0f} tokens/s — **{w['efficiency']:.0%} weak-scaling efficiency**. It is a number for this "

@@ -113,7 +113,7 @@ def corrupt(path: Path, how: str) -> None:
 def run(S: Settings, workdir: Path) -> dict:
     numel = S.kill_mb * 2**20 // 4
     out = {"numel": numel, "save_s": save_seconds(numel, workdir / "timing")}
-    # The article's in-place save, killed mid-write: its only checkpoint is gone.
+    # The tutorial recipe's in-place save, killed mid-write: its only checkpoint is gone.
     d = workdir / "in_place"
     out["in_place"] = kill_saver(d, numel, in_place=True, delay_s=None)
     out["in_place_load"] = try_load(lambda: torch.load(d / "checkpoint.pt", weights_only=True)["step"])
@@ -155,7 +155,7 @@ def run(S: Settings, workdir: Path) -> dict:
 
 
 def table(c: dict) -> go.Figure:
-    rows = [("in place (the article)", "SIGKILL while torch.save wrote checkpoint.pt",
+    rows = [("in place (the tutorial recipe)", "SIGKILL while torch.save wrote checkpoint.pt",
              f"{c['in_place']['bytes_on_disk']:,} of {c['in_place']['bytes_expected']:,} bytes on disk",
              c["in_place_load"][1]),
             ("labtools.checkpoint", "SIGKILL during a save", f"{c['atomic']['unfinished']} unfinished .tmp- directory",
@@ -180,8 +180,8 @@ def random_kills_figure(c: dict) -> go.Figure:
 def findings(ledger: Ledger, S: Settings, c: dict) -> str:
     ev = c["random"]
     mid = sum(e["unfinished_saves"] > 0 for e in ev)
-    ledger.add("in_place_lost", "A SIGKILL during the article's in-place torch.save leaves no loadable checkpoint "
-               "(measured)", not c["in_place_load"][0], is_true(), kind="measured")
+    ledger.add("in_place_lost", "A SIGKILL during the tutorial recipe's in-place torch.save leaves no loadable "
+               "checkpoint (measured)", not c["in_place_load"][0], is_true(), kind="measured")
     ledger.add("atomic_kept", "The same kill during labtools.checkpoint.save: latest() falls back to the previous "
                "checkpoint, which loads (measured)", c["atomic_load"][0], is_true(), kind="measured")
     ledger.add("random_kills", f"{len(ev)} SIGKILLs at random moments: latest() loads after every one (measured)",
@@ -196,7 +196,7 @@ def findings(ledger: Ledger, S: Settings, c: dict) -> str:
                kind="measured")
     ledger.note("save_s", c["save_s"])
     return (f"A save of {c['numel'] * 4 / 2**20:.0f} MB takes {c['save_s'] * 1e3:.0f} ms here (write, fsync, hash, "
-            "read back and verify). Killed in the middle of writing in place, the article's single file was "
+            "read back and verify). Killed in the middle of writing in place, the tutorial recipe's single file was "
             f"{c['in_place']['bytes_on_disk']:,} of {c['in_place']['bytes_expected']:,} bytes and would not load: "
             "the run had nothing left to resume from. Killed in the middle of a labtools.checkpoint save, only a "
             "hidden `.tmp-` directory was lost; `latest()` named it, skipped it and returned the previous step. Of "

@@ -23,5 +23,5 @@ def exercises(ledger: Ledger) -> list[Exercise]:
                  "many steps are computed twice?", {"steps": "steps"}, answer_check({"steps": lost_steps}, rel=0.02),
                  f"The newest checkpoint is step 100 (saved after 100 steps); steps 100–136 ran and are lost: "
                  f"**{lost_steps}**. A kill in the middle of the save of step 150 would lose 50 — and with the "
-                 "article's in-place save, everything."),
+                 "tutorial recipe's in-place save, everything."),
     ]

@@ -147,7 +147,7 @@ def elastic(job: ElasticJob) -> dict:
 
 def save_forever(directory: str, numel: int, in_place: bool) -> None:
     """Save checkpoints of a numel-float state over and over until killed: with labtools.checkpoint.save
-    (atomic), or in place with torch.save to directory/checkpoint.pt (the article's recipe). Runs in a child."""
+    (atomic), or in place with torch.save to directory/checkpoint.pt (the tutorial recipe). Runs in a child."""
     g = torch.Generator().manual_seed(0)
     state = {"model": {"w": torch.randn(numel, generator=g)}}
     done = [] if in_place else checkpoint.checkpoints(directory)

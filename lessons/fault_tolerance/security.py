@@ -30,5 +30,5 @@ def findings(ledger: Ledger, sec: dict) -> str:
     ledger.add("weights_only", "torch.load(weights_only=True) refuses a checkpoint whose pickle would call a "
                "function (measured)", not ok, is_true(), kind="measured")
     return (f"`torch.load(path, weights_only=True)` on a file whose pickle calls `print`: **{msg[:220]}…** The "
-            "call never ran. Without `weights_only` (the article's `torch.load(path)` on torch < 2.6) it would have: "
-            "a pickle is a program, and a checkpoint downloaded from elsewhere could run anything.")
+            "call never ran. Without `weights_only` (the tutorial recipe's `torch.load(path)` on torch < 2.6) it would "
+            "have: a pickle is a program, and a checkpoint downloaded from elsewhere could run anything.")

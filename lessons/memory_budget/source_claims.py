@@ -9,7 +9,7 @@ from lessons.memory_budget import GB
 
 
 def run() -> dict:
-    """Computed budgets behind four statements of the source articles (every number from estimate())."""
+    """Computed budgets behind four widely repeated statements (every number from estimate())."""
     mixed, fp32 = estimate(7_000_000_000), estimate(7_000_000_000, precision="fp32", optimizer="adam")
     zero1 = {n: estimate(70_000_000_000, zero_stage=1, dp=n).model_states for n in (8, 32, 64, 1024, 4096)}
     offload = {}
@@ -32,35 +32,35 @@ def findings(ledger: Ledger, c: dict) -> str:
     without_master = mixed.bytes_per_param() * (1 - mixed.parts["master weights"] / mixed.model_states)
     ledger.add("articles_12_bytes", "'bf16 weights + fp32 optimizer = 12 bytes/param, 0.75× of fp32' leaves out the "
                "fp32 master copy: with it, mixed-precision AdamW keeps 16 bytes/param, 1.0× fp32 + Adam's (ratio)",
-               mixed.model_states / fp32.model_states, approx(1.0, rel=1e-9), source="a source article (12, 0.75×)",
-               kind="computed")
+               mixed.model_states / fp32.model_states, approx(1.0, rel=1e-9),
+               source="a widely repeated statement (12, 0.75×)", kind="computed")
     ledger.add("articles_12_is_16_minus_master", "… its 12 is exactly 16 − the 4-byte master copy (bytes/param "
                "without it)", without_master, approx(12.0, rel=1e-9), kind="computed")
     fp32_states = (mixed.parts["master weights"] + mixed.parts["optimizer state"]) / GB
-    ledger.add("articles_7b_84", "Another article's 7B breakdown 14 + 14 + 84 + 16 GB is consistent: its 84 GB is "
-               "master + m + v = 12 bytes/param of fp32 state (GB)", fp32_states, approx(84.0, rel=1e-9),
-               source="a source article", kind="computed")
+    ledger.add("articles_7b_84", "Another widely repeated 7B breakdown 14 + 14 + 84 + 16 GB is consistent: its 84 "
+               "GB is master + m + v = 12 bytes/param of fp32 state (GB)", fp32_states, approx(84.0, rel=1e-9),
+               source="a widely repeated statement", kind="computed")
     z1 = c["zero1_70b"]
     ledger.add("articles_70b_zero1", "'70B would need 32+ GPUs with ZeRO-1' — no number of GPUs fits: ZeRO-1 keeps "
                "the whole bf16 weights and gradients on every GPU, ≥ 280 GB (per-GPU model states at N = 4096, GB)",
-               z1[4096] / GB, at_least(280.0), source="a source article", kind="computed")
+               z1[4096] / GB, at_least(280.0), source="a widely repeated statement", kind="computed")
     off = c["offload_7b_8gpu"]
     saved = {k: v["none"] / v["optimizer"] for k, v in off.items()}
     ledger.add("articles_offload_ddp", "'CPU offloading: 4–8× less GPU memory' holds unsharded: offloading AdamW's "
                "state and master copy takes DDP from 16 to 4 bytes/param (ratio)", saved["DDP"], approx(4.0, rel=1e-9),
-               source="a source article (4–8×, 20–50% overhead)", kind="computed")
+               source="a widely repeated statement (4–8×, 20–50% overhead)", kind="computed")
     ledger.add("articles_offload_zero2", "… but once ZeRO has sharded that state, offloading it saves far less "
                "(ZeRO-2 on 8 GPUs, ratio)", saved["ZeRO-2"], at_most(2.0), kind="computed")
     ledger.note("offload_saved", saved)
-    return ("Four statements of the source articles, settled by the same `estimate()`:\n\n"
+    return ("Four widely repeated statements, settled by the same `estimate()`:\n\n"
             f"* **\"12 bytes/param, 0.75×\"**: bf16 weights (2) + bf16 gradients (2) + fp32 m and v (8) = "
             f"{without_master:.0f} — but mixed precision also keeps an fp32 master copy (4), so the total is "
             f"{mixed.bytes_per_param():.0f} bytes/param, exactly fp32 + Adam's {fp32.bytes_per_param():.0f} (ratio "
             f"{mixed.model_states / fp32.model_states:.2f}, not 0.75). Mixed precision saves activations and time, "
             "not model states.\n"
-            f"* **7B = 14 + 14 + 84 + 16 GB** (another article) is right: master + m + v come to {fp32_states:.0f} GB "
-            "(computed), 12 bytes/param *including* the master copy — the two articles count the same thing "
-            "differently.\n"
+            f"* **7B = 14 + 14 + 84 + 16 GB** (another widely repeated figure) is right: master + m + v come to "
+            f"{fp32_states:.0f} GB (computed), 12 bytes/param *including* the master copy — the two statements count "
+            "the same thing differently.\n"
             f"* **\"70B would need 32+ GPUs with ZeRO-1\"**: ZeRO-1 shards only the optimizer state and master "
             f"copy; the bf16 weights and gradients (4 bytes/param = 280 GB) stay whole on every GPU. Per GPU: "
             + ", ".join(f"N = {n}: {v / GB:,.0f} GB" for n, v in z1.items())

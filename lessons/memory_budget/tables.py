@@ -27,9 +27,10 @@ def table_7b() -> tuple[go.Figure, dict]:
 def table_7b_findings(ledger: Ledger, rows: dict) -> str:
     fp32, mixed = rows["fp32 + Adam"].total / GB, rows["bf16 mixed + AdamW"].total / GB
     ledger.add("7b_fp32", "7B, fp32 + Adam: 16 bytes/param = 112 GB (computed)", fp32, approx(112, abs=1e-9),
-               source="seeds", kind="computed")
+               source="a widely repeated table", kind="computed")
     ledger.add("7b_mixed", "7B, bf16 mixed + AdamW: also 16 bytes/param = 112 GB (mixed precision saves activations "
-               "and time, not model states; computed)", mixed, approx(112, abs=1e-9), source="seeds", kind="computed")
+               "and time, not model states; computed)", mixed, approx(112, abs=1e-9), source="a widely repeated table",
+               kind="computed")
     return f"Computed: fp32 + Adam {fp32:.0f} GB, bf16 mixed + AdamW {mixed:.0f} GB."
 
 
@@ -42,11 +43,11 @@ def table_70b() -> tuple[go.Figure, dict]:
 def table_70b_findings(ledger: Ledger, rows: dict) -> str:
     ddp, fsdp = rows["DDP on 8 GPUs"].total / GB, rows["FSDP FULL_SHARD on 8 GPUs"].total / GB
     ledger.add("70b_fsdp", "70B, FULL_SHARD on 8 GPUs: 140 GB per GPU of model states (computed)", fsdp,
-               approx(140, abs=1e-9), source="seeds", kind="computed")
+               approx(140, abs=1e-9), source="a widely repeated table", kind="computed")
     ledger.add("70b_ddp", "70B, DDP on 8 GPUs: every GPU holds all 1120 GB (computed)", ddp, approx(1120, abs=1e-9),
                kind="computed")
     ledger.add("70b_fits", "… and even sharded, 140 GB does not fit an 80 GB GPU (computed)", fsdp > 80, is_true(),
-               source="seeds state 140 GB/GPU without saying this", kind="computed")
+               source="widely repeated tables state 140 GB/GPU without saying this", kind="computed")
     return f"Computed: DDP {ddp:,.0f} GB per GPU, FULL_SHARD {fsdp:,.0f} GB per GPU."
 
 
@@ -73,7 +74,7 @@ def table_zero_findings(ledger: Ledger, rows: dict) -> str:
                    round(rows[f"ZeRO-{z}"].total / GB, 1), approx(want, abs=1e-9),
                    source="Rajbhandari et al. 2020, Fig. 1", kind="computed")
     ledger.add("zero_4x_at_8", "'ZeRO-1 gives 4×' is the N → ∞ limit: at N = 8 it is 16/(4 + 12/8) (computed)",
-               at8[0], approx(16 / 5.5, rel=1e-9), source="seeds: 4× / 8× / N×", kind="computed")
+               at8[0], approx(16 / 5.5, rel=1e-9), source="widely repeated: 4× / 8× / N×", kind="computed")
     ledger.add("zero_limits", "… and stages 1 and 2 approach 4× and 8× as N grows (N = 4096; computed)",
                max(abs(at4096[0] - 4) / 4, abs(at4096[1] - 8) / 8), at_most(0.01), kind="computed")
     return "Reductions at N = 8 (stages 1, 2, 3): " + ", ".join(f"{r:.2f}×" for r in at8) + "."
@@ -99,8 +100,8 @@ def conventions_findings(ledger: Ledger, budgets: dict) -> str:
     per_param = [budgets[k].bytes_per_param() for k in ("16", "18", "20")]
     gib = budgets["16"].total / 2**30
     ledger.add("conventions", "16 / 18 / 20 bytes per parameter are three gradient conventions of the same "
-               "mixed-precision Adam (computed)", per_param == [16, 18, 20], is_true(), source="seeds disagree",
-               kind="computed")
+               "mixed-precision Adam (computed)", per_param == [16, 18, 20], is_true(),
+               source="widely repeated figures disagree", kind="computed")
     ledger.add("gib", "112 GB is 104.3 GiB (some tables mix the two; computed)", gib, approx(104.3, abs=0.05),
                kind="computed")
     return f"Computed: {', '.join(f'{b:.0f}' for b in per_param)} bytes/param; 7B at 16 bytes/param = {gib:.1f} GiB."

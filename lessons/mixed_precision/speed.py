@@ -72,13 +72,13 @@ def findings(ledger: Ledger, ms: dict[str, dict[str, float]]) -> str:
         ledger.add("no_doubling_here", "\"Mixed precision doubles throughput\" is a fact of hardware with 16-bit "
                    "units: on this CPU (no avx512_bf16/amx_bf16) bf16 autocast does not speed training up at all "
                    "(steps per second, bf16 ÷ fp32, medians of alternating rounds)", speedup, at_most(1.0),
-                   source="a source article", kind="measured")
+                   source="a widely repeated statement", kind="measured")
     else:
         ledger.note("bf16_speedup", speedup)
     slow = {p: mm[p] / mm["fp32"] for p in ("bf16", "fp16")}
     emulated = [p for p in ("bf16", "fp16") if slow[p] > 4]
     return (f"Per training step of this lesson's small model: fp32 {st['fp32']:.1f} ms, bf16 {st['bf16']:.1f} ms, fp16 "
-            f"{st['fp16']:.1f} ms — bf16 autocast runs at {speedup:.2f}× fp32's speed here (the articles' "
+            f"{st['fp16']:.1f} ms — bf16 autocast runs at {speedup:.2f}× fp32's speed here (the widely repeated "
             "\"mixed precision doubles throughput\" is measured on GPUs' tensor cores). "
             f"Per {n}×{n} matrix product: fp32 {mm['fp32']:.2f} ms, bf16 {mm['bf16']:.2f} ms "
             f"({slow['bf16']:.3g}× fp32's time), fp16 {mm['fp16']:.2f} ms ({slow['fp16']:.3g}×). "

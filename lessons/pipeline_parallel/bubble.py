@@ -75,11 +75,11 @@ def findings(ledger: Ledger, S: Settings, results: dict[int, dict]) -> str:
     key = key if key in runs else max(runs, key=lambda k: (k[0], k[2]))
     eff = 1 - parts[key]["bubble"]
     f_eff = pipeline_efficiency(key[0], key[2])
-    ledger.add("article_78_9", f"The source article's \"{key[0]} stages, {key[2]} micro-batches: η = 78.9%\" is wrong: "
+    ledger.add("article_78_9", f"The widely repeated \"{key[0]} stages, {key[2]} micro-batches: η = 78.9%\" is wrong: "
                f"measured efficiency ({key[1]}, 1 − bubble) − 78.9%; the formula's m/(m+p−1) = {f_eff:.1%} says "
                f"+{f_eff - ARTICLE_EFFICIENCY:.3f}", eff - ARTICLE_EFFICIENCY,
-               approx(f_eff - ARTICLE_EFFICIENCY, abs=0.03), source="a source article: η = (16−1)/(16+4−1)",
-               kind="measured")
+               approx(f_eff - ARTICLE_EFFICIENCY, abs=0.03),
+               source="a widely repeated calculation: η = (16−1)/(16+4−1)", kind="measured")
     ledger.note("bubble_gaps", {f"p{k[0]} {k[1]} m{k[2]}": g for k, g in gaps.items()})
     ledger.note("latency", {f"p{k[0]} {k[1]} m{k[2]}": d["latency"] for k, d in parts.items()})
     overruns = sum(r["overruns"] for res in results.values() for r in res["ranks"])
@@ -92,7 +92,8 @@ def findings(ledger: Ledger, S: Settings, results: dict[int, dict]) -> str:
             "arrived yet (the message, the schedule's own bookkeeping, a rank waking up on a shared core). At p = "
             f"{key[0]}, m = {key[2]} the ranks were busy or merely waiting for messages "
             f"**{eff:.1%}** of the time — the formula's {key[2]}/({key[2]}+{key[0]}−1) = {f_eff:.1%}, not the "
-            f"78.9% a source article computes as (m−1)/(m+p−1). {overruns} actions overran their simulated time.")
+            f"78.9% a widely repeated calculation gets as (m−1)/(m+p−1). {overruns} actions overran their simulated "
+            "time.")
 
 
 def real_findings(ledger: Ledger, S: Settings, results: dict[int, dict]) -> str:

@@ -52,11 +52,11 @@ def exercises(ledger: Ledger) -> list[Exercise]:
                kind="computed")
 
     return [
-        Exercise("The article's 78.9%", "4 stages, 16 micro-batches, GPipe or 1F1B: what fraction of the time is idle, "
+        Exercise("The quoted 78.9%", "4 stages, 16 micro-batches, GPipe or 1F1B: what fraction of the time is idle, "
                  "and what fraction is useful work (in %)?", {"bubble": "bubble %", "eff": "efficiency %"},
                  answer_check({"bubble": 100 * bubble_fraction(4, 16), "eff": 100 * pipeline_efficiency(4, 16)}),
                  f"Bubble = (p−1)/(m+p−1) = 3/19 = **{bubble_fraction(4, 16):.1%}**; efficiency m/(m+p−1) = 16/19 = "
-                 f"**{pipeline_efficiency(4, 16):.1%}**. The article's (m−1)/(m+p−1) = 15/19 = 78.9% subtracts one "
+                 f"**{pipeline_efficiency(4, 16):.1%}**. The quoted (m−1)/(m+p−1) = 15/19 = 78.9% subtracts one "
                  "micro-batch that is not idle."),
         Exercise("Enough micro-batches", "With p = 8 stages, how many micro-batches m make the bubble at most 5%?",
                  {"m": "smallest m"}, answer_check({"m": m_needed}),

@@ -96,7 +96,7 @@ IGNORE = -100  # F.cross_entropy's ignore_index: a padded position's target
 def token_normalization(S: Settings) -> dict:
     """Accumulation when micro-batches hold different numbers of real tokens (the rest padding, targets ignored):
     the gradient of the mean loss over every real token of the batch (one pass: the reference) against dividing
-    each micro-batch's mean loss by k (the articles' code, and the accumulation bug fixed across libraries in 2024)
+    each micro-batch's mean loss by k (a common tutorial loop, and the accumulation bug fixed across libraries in 2024)
     and against summing token losses and dividing by the batch's real-token count (the fix)."""
     text = corpus()
     model, _ = build(S, "AdamW", S.adamw_lr)

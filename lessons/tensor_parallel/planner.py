@@ -41,8 +41,8 @@ def cases_table(c: dict) -> go.Figure:
 def cases_findings(ledger: Ledger, c: dict) -> str:
     a1, ll = c["article"][1], c["llama"]
     ledger.add("gpt3_fits", "GPT-3 175B as TP 8 × PP 16 × DP 8 fits 80 GB A100s (predicted memory per GPU, ZeRO-1, "
-               "every layer recomputed)", a1.fits and c["article"][0].fits, is_true(), source="a source article",
-               kind="computed")
+               "every layer recomputed)", a1.fits and c["article"][0].fits, is_true(),
+               source="a widely repeated statement", kind="computed")
     ledger.add("gpt3_bubble", "… and its bubble with batch 1536 and micro-batch 1 is 15/207 (computed)", a1.bubble,
                approx(15 / 207, rel=1e-9), kind="computed")
     ledger.add("llama_bubble", "Llama 3 405B, pp 16 with 16 micro-batches: non-interleaved 1F1B idles 15/31 ≈ 48% "
@@ -53,7 +53,7 @@ def cases_findings(ledger: Ledger, c: dict) -> str:
     ratio = {k: c[k].tp_comm_s / c[k].compute_s for k in ("nvlink", "network")}
     ledger.add("tp_nvlink", "\"TP requires fast interconnect\": over NVLink, GPT-3's TP 8 all-reduces cost under "
                "10% of the compute time (predicted, TP comm ÷ compute)", ratio["nvlink"], at_most(0.10),
-               source="a source article", kind="computed")
+               source="a widely repeated statement", kind="computed")
     ledger.add("tp_network", "… across nodes (HDR, 25 GB/s per GPU) at least half of it (predicted)", ratio["network"],
                at_least(0.5), kind="computed")
     return (f"Over NVLink the tensor-parallel all-reduces of GPT-3's layers cost {ratio['nvlink']:.1%} of the compute "
