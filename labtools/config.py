@@ -108,14 +108,9 @@ def resolve(table: dict[str, T], profile: str, **overrides) -> T:
 
 # --- builders: the lab's GPT and its data, from a config ---------------------------------------------------------
 
-def text_corpus(max_chars: int | None = None) -> data.Corpus:
-    """The lab's real text: the Python standard library's source, as characters (cached by labtools.data)."""
-    return data.text() if max_chars is None else data.text(max_chars=max_chars)
-
-
 def gpt_config(cfg: LabConfig, vocab_size: int | None = None, **changes) -> GPTConfig:
     """The GPT of this config's shape; the vocabulary is the text corpus's unless given."""
-    vocab = text_corpus().vocab_size if vocab_size is None else vocab_size
+    vocab = data.text().vocab_size if vocab_size is None else vocab_size  # the standard library's source
     base = GPTConfig(vocab_size=vocab, block_size=cfg.block_size, n_layer=cfg.n_layer, n_head=cfg.n_head,
                      n_embd=cfg.n_embd)
     return dataclasses.replace(base, **changes)
@@ -130,6 +125,7 @@ def build_gpt(cfg: LabConfig, vocab_size: int | None = None, device: torch.devic
 
 def global_batch(cfg: LabConfig, g: torch.Generator, rows: int, corpus: data.Corpus | None = None,
                  split: str = "train", device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
-    """`rows` windows of cfg.block_size tokens: the same batch wherever g is seeded the same."""
-    X, Y = (corpus or text_corpus()).batch(split, rows, cfg.block_size, g)
+    """`rows` windows of cfg.block_size tokens (of the text corpus unless given): the same batch wherever g is
+    seeded the same."""
+    X, Y = (corpus or data.text()).batch(split, rows, cfg.block_size, g)
     return X.to(device), Y.to(device)

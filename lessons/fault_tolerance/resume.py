@@ -7,7 +7,8 @@ import torch
 
 from labtools import checkpoint, plots
 from labtools.claims import Ledger, approx, at_least, is_true
-from labtools.config import build_gpt, text_corpus
+from labtools.config import build_gpt
+from labtools.data import text
 from labtools.model import GPT
 from labtools.optim import param_groups
 from labtools.schedules import bind, warmup_cosine
@@ -26,12 +27,12 @@ def train_config(S: Settings, **changes) -> TrainConfig:
 
 
 def article_save(path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
-    """The source article's save: model, optimizer and step, written in place (no RNG, no data position)."""
+    """The tutorial recipe's save: model, optimizer and step, written in place (no RNG, no data position)."""
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, path)
 
 
 def article_resume(path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
-    """The article's resume (with weights_only=True, which it lacks: see section 3)."""
+    """The tutorial recipe's resume (with weights_only=True, which it lacks: see section 3)."""
     ckpt = torch.load(path, weights_only=True)
     model.load_state_dict(ckpt["model"])
     optimizer.load_state_dict(ckpt["optimizer"])
@@ -40,8 +41,8 @@ def article_resume(path, model: torch.nn.Module, optimizer: torch.optim.Optimize
 
 def run(S: Settings, workdir: Path) -> dict:
     """Three runs of the same training: uninterrupted; killed at stop_at and resumed from labtools.checkpoint;
-    killed at stop_at and resumed with the article's recipe. Returns their histories and final parameters."""
-    data = text_corpus()
+    killed at stop_at and resumed with the tutorial recipe. Returns their histories and final parameters."""
+    data = text()
     m = model(S)
     whole = train(m, data, train_config(S, desc="uninterrupted"))
     out = {"whole": whole, "whole_params": m.state_dict()}
@@ -94,7 +95,7 @@ def figure(S: Settings, r: dict) -> go.Figure:
     fig.add_trace(go.Scatter(x=whole.step, y=whole.loss, name="uninterrupted", line=dict(color=plots.color(0))), 1, 1)
     fig.add_trace(go.Scatter(x=lab.step, y=lab.loss, name="killed, resumed from the full checkpoint",
                              line=dict(color=plots.color(1), dash="dot")), 1, 1)
-    fig.add_trace(go.Scatter(x=art.step, y=art.loss, name="killed, resumed with the article's recipe",
+    fig.add_trace(go.Scatter(x=art.step, y=art.loss, name="killed, resumed with the tutorial recipe",
                              line=dict(color=plots.color(3))), 1, 1)
     for i, (h, name) in enumerate(((lab, "full checkpoint"), (art, "article's recipe"))):
         ref = [whole.loss[whole.step.index(s)] for s in h.step]
@@ -115,7 +116,7 @@ def findings(ledger: Ledger, S: Settings, r: dict) -> str:
                kind="measured")
     ledger.add("bitwise_params", "… and so do the final parameters (sha256 of every tensor, measured)",
                s["lab_params_equal"], is_true(), kind="measured")
-    ledger.add("article_diverges", "The article's recipe (no RNG, no data position) resumes a different run: final "
+    ledger.add("article_diverges", "The tutorial recipe (no RNG, no data position) resumes a different run: final "
                "parameters differ (max |Δ|, measured)", s["article_param_diff"], at_least(1e-4), kind="measured")
     ledger.add("redone", f"The kill at step {S.stop_at} cost the steps since the last checkpoint (step "
                f"{s['saved_at']}): redone steps (measured from the resumed run)", s["redone"],
@@ -125,7 +126,7 @@ def findings(ledger: Ledger, S: Settings, r: dict) -> str:
             f"{s['redone']} steps were computed again. Resumed from the whole state — model, optimizer, schedule "
             "position, loss scaler, the RNG that draws dropout masks and the generator that draws batches — the run "
             "is **the same run**: every loss and every final parameter is bitwise equal "
-            f"(max |Δparameter| = {s['lab_param_diff']:g}). The article's recipe saves model, optimizer and step: "
+            f"(max |Δparameter| = {s['lab_param_diff']:g}). The tutorial recipe saves model, optimizer and step: "
             "its resumed run draws other batches and other dropout masks, so it is a different run — losses differ "
             f"by up to {s['article_loss_diff']:.3f}, final parameters by up to {s['article_param_diff']:.2g}, the "
             f"final validation loss by {s['article_val_diff']:.4f}. Not worse on average, but not reproducible: a "
