@@ -14,12 +14,12 @@ and the machine's peak and MFU beside them.
 
 import math
 from dataclasses import dataclass
-from enum import Enum
 from typing import TYPE_CHECKING
 
 import torch
 
 from labtools.budget import architecture
+from labtools.keys import Key
 
 if TYPE_CHECKING:
     from labtools.plan import ModelShape
@@ -106,7 +106,7 @@ PUBLISHED = {
 }
 
 
-class Convention(str, Enum):
+class Convention(Key):
     """Which parameters N counts in 6·N + 12·L·T·d (the value is the key results are stored under)."""
     MATMUL = "matmul"                            # the weights that multiply activations
     ALL_PARAMETERS = "all_parameters"            # every parameter (picotron's get_mfu)
@@ -116,12 +116,6 @@ class Convention(str, Enum):
     def label(self) -> str:
         return {"matmul": "matmul weights", "all_parameters": "all parameters (picotron)",
                 "no_token_embedding": "without the token embedding (torchtitan)"}[self.value]
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __hash__(self) -> int:  # as its value: a dict keyed by conventions also answers to the plain string
-        return hash(self.value)
 
 
 def flops_by_convention(model: torch.nn.Module, seq: int) -> dict[Convention, float]:

@@ -19,10 +19,11 @@ rank s mod p. Introduced in notebooks/09_pipeline_parallel.ipynb.
 """
 
 from dataclasses import dataclass
-from enum import Enum
+
+from labtools.keys import Key
 
 
-class Schedule(str, Enum):
+class Schedule(Key):
     """Every pipeline schedule the lab names, defined once: the planner here, the stages in labtools.parallel.pipeline,
     the lessons' ranks and panels all use these. A str, so a schedule travels to ranks (and back) as its value."""
     GPIPE = "gpipe"
@@ -46,12 +47,6 @@ class Schedule(str, Enum):
     def order(self) -> "Schedule":
         """The schedule whose order of actions this one runs (a written-out one runs its namesake's)."""
         return Schedule(self.value.split()[-1])
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __hash__(self) -> int:  # as its value: a dict keyed by schedules also answers to the plain string
-        return hash(self.value)
 
 
 SCHEDULES = (Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)  # what schedule_order() writes out

@@ -10,13 +10,13 @@ The settings of notebooks/08_fsdp_zero.ipynb. One module per section:
 """
 
 from dataclasses import dataclass
-from enum import Enum
 
 from labtools.budget import estimate
 from labtools.config import LabConfig, resolve
+from labtools.keys import Key
 
 
-class Strategy(str, Enum):
+class Strategy(Key):
     """How the model states are split over the ranks: one name for the ranks, the figures and the claims (the value
     is the key results are stored under; `label` is what a reader sees)."""
     DDP = "ddp"                # every rank holds everything
@@ -39,12 +39,6 @@ class Strategy(str, Enum):
     def short(self) -> str:
         return {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "zero3_bf16": "ZeRO-3 bf16"}[
             self.value]
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __hash__(self) -> int:  # as its value: results keyed by the plain string answer to the member
-        return hash(self.value)
 
 
 STRATEGIES = tuple(Strategy)

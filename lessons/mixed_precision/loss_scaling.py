@@ -1,7 +1,6 @@
 """Lesson 04, section 4: loss scaling in a real run — none, static and dynamic (ours and GradScaler)."""
 
 import math
-from enum import Enum
 
 import numpy as np
 import plotly.graph_objects as go
@@ -13,6 +12,7 @@ from plotly.subplots import make_subplots
 from labtools import plots
 from labtools.claims import Ledger, approx, at_least, at_most, between
 from labtools.device import pick_device
+from labtools.keys import Key
 from labtools.model import GPT
 from labtools.precision import DynamicLossScaler
 from labtools.train import History, StepInfo, TrainConfig, train
@@ -64,7 +64,7 @@ def _zero_grad_probe(info: StepInfo):
     info.log["zero_grads"] = zero / n
 
 
-class Recipe(str, Enum):
+class Recipe(Key):
     """The runs of this section: a precision and what scales its loss (the value keys the results)."""
     FP32 = "fp32"
     BF16 = "bf16"
@@ -81,12 +81,6 @@ class Recipe(str, Enum):
                 "fp16, no scaler", "fp16_no_scaler_partial": f"fp16, no scaler, gradients at 2^-{PARTIAL_EXP}",
                 "fp16_static": f"fp16, static 2^{k}", "fp16_static_high": f"fp16, static 2^{k + 24}",
                 "fp16_dynamic": "fp16, dynamic"}[self.value]
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __hash__(self) -> int:
-        return hash(self.value)
 
 
 def run(S: Settings) -> dict[Recipe, History]:
