@@ -10,7 +10,9 @@ gives one of
     ✗ case 'one huge': expected 1.0, got 4.0 — hint: ...          (the first failing case, never a traceback)
     … not written yet: the lesson goes on with the reference
 
-A function that changes its arguments in place (and returns None) is compared on its arguments after the call.
+A function that changes its arguments in place (and returns None) is compared on its arguments after the call;
+one that does both (like torch's clip_grad_norm_, which scales the gradients and returns their norm) is compared on
+both with `in_place=True`.
 Exercises whose mechanism runs across ranks send the learner's source to the ranks (`source_of`), where the
 lesson's rank function rebuilds it (`load_function`) in a namespace of its choosing and reports per-case
 results that `outcome()` turns into the same message. Introduced in notebooks/07_data_parallel.ipynb.
@@ -105,6 +107,10 @@ def where_it_failed(error: BaseException, filename: str) -> str:
 def difference(a, b) -> float:
     """The largest absolute difference between two results: tensors, numbers, or (nested) lists/tuples/dicts of
     them; inf when their structure, shape or type differs."""
+    if isinstance(a, torch.Tensor) and a.ndim == 0 and isinstance(b, (int, float)) and not isinstance(b, bool):
+        a = a.item()  # a norm returned as a 0-d tensor or as a number: the same answer
+    if isinstance(b, torch.Tensor) and b.ndim == 0 and isinstance(a, (int, float)) and not isinstance(a, bool):
+        b = b.item()
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape:
             return math.inf
@@ -128,10 +134,11 @@ def _short(x) -> str:
 
 
 def check(fn: Callable, reference: Callable, cases: Sequence[Case], *, tol: float = 1e-6, relative: bool = False,
-          what: str = "your function") -> Outcome:
+          in_place: bool = False, what: str = "your function") -> Outcome:
     """Run fn and the reference on every case (each on its own copy of the arguments) and compare: the return
-    values, or the arguments after the call when the reference returns None (an in-place function). relative:
-    the difference is divided by the largest magnitude in the reference's result (at least 1)."""
+    values, or the arguments after the call when the reference returns None (an in-place function); in_place: the
+    return value and the arguments after the call, both. relative: the difference is divided by the largest
+    magnitude in the reference's result (at least 1)."""
     if is_stub(fn):
         return Outcome("not written", NOT_WRITTEN)
     worst = 0.0
@@ -145,13 +152,18 @@ def check(fn: Callable, reference: Callable, cases: Sequence[Case], *, tol: floa
             return Outcome("not written", NOT_WRITTEN)
         except Exception as e:  # noqa: BLE001 - the learner's error becomes a message, not a traceback
             return Outcome("fail", f"case '{case.name}': {where_it_failed(e, fn.__code__.co_filename)}{hint}")
-        if expected is None:
-            expected, got = theirs, mine
-        d = _relative(got, expected) if relative else difference(got, expected)
-        worst = max(worst, d)
-        if not d <= tol:
-            return Outcome("fail", f"case '{case.name}': {_where(got, expected)} (largest {'relative ' * relative}"
-                                   f"difference {d:.1e}, allowed {tol:.0e}){hint}", d)
+        if in_place:
+            parts = [("the value returned", got, expected, "output"),
+                     ("the arguments after the call", mine, theirs, "argument")]
+        else:
+            parts = [("", mine, theirs, "argument") if expected is None else ("", got, expected, "output")]
+        for label, g, e, noun in parts:
+            d = _relative(g, e) if relative else difference(g, e)
+            worst = max(worst, d)
+            if not d <= tol:
+                where = f"{label} — {_where(g, e, noun)}" if label else _where(g, e, noun)
+                return Outcome("fail", f"case '{case.name}': {where} (largest {'relative ' * relative}"
+                                       f"difference {d:.1e}, allowed {tol:.0e}){hint}", d)
     return Outcome("pass", f"{what} matches the reference on {len(cases)} cases (largest "
                            f"{'relative ' * relative}difference {worst:.1e})", worst)
 
@@ -173,11 +185,13 @@ def _magnitude(x) -> float:
     return max(1.0, abs(x)) if isinstance(x, (int, float)) else 1.0
 
 
-def _where(got, expected) -> str:
-    """Which output differs, and how, in a few words."""
-    if isinstance(expected, (list, tuple)) and isinstance(got, (list, tuple)) and len(got) == len(expected):
+def _where(got, expected, noun: str = "output") -> str:
+    """Which output differs, and how, in a few words ("output 2 of 3: item 1 of 4: expected …, got …")."""
+    if isinstance(expected, (list, tuple)) and isinstance(got, (list, tuple)) and len(got) == len(expected) \
+            and expected:
         i = max(range(len(expected)), key=lambda k: difference(got[k], expected[k]))
-        return f"output {i + 1} of {len(expected)} differs: expected {_short(expected[i])}, got {_short(got[i])}"
+        inner = _where(got[i], expected[i], "item")
+        return inner if len(expected) == 1 else f"{noun} {i + 1} of {len(expected)}: {inner}"
     return f"expected {_short(expected)}, got {_short(got)}"
 
 
