@@ -39,6 +39,7 @@ EXERCISE_TIMEOUT_S = 120
 # The lessons whose exercise the browser fills in, with the module that holds its solution (solution_source()).
 EXERCISES = {"00_training_loop": "lessons.training_loop.adamw_exercise",
              "02_lr_schedules": "lessons.lr_schedules.schedule_exercise",
+             "03_stability": "lessons.stability.clip_exercise",
              "07_data_parallel": "lessons.data_parallel.ring_exercise"}
 
 

@@ -124,3 +124,79 @@ def test_lesson_02_schedule_solution_passes_and_a_schedule_that_does_not_clamp_f
 
     out = schedule_exercise.check_schedule(no_clamp)
     assert out.status == "fail" and "past the end" in out.message and "clamp" in out.message
+
+
+def test_in_place_checks_both_the_value_returned_and_the_arguments_after_the_call():
+    def ref(xs):
+        total = sum(x.sum().item() for x in xs)
+        for x in xs:
+            x.mul_(2)
+        return total
+
+    def forgets_to_scale(xs):
+        return sum(x.sum().item() for x in xs)
+
+    def returns_after(xs):
+        for x in xs:
+            x.mul_(2)
+        return sum(x.sum().item() for x in xs)
+
+    case = [Case("two", ([torch.ones(2), torch.ones(3)],))]
+    assert check(ref, ref, case, in_place=True).passed
+    out = check(forgets_to_scale, ref, case, in_place=True)
+    assert out.status == "fail" and "the arguments after the call" in out.message
+    assert "expected [2, 2], got [1, 1]" in out.message
+    out = check(returns_after, ref, case, in_place=True)
+    assert out.status == "fail" and "the value returned" in out.message and "expected 5" in out.message
+
+
+def _grads():
+    g = torch.Generator().manual_seed(1)
+    return [torch.randn(8, 8, generator=g), torch.randn(8, generator=g)]
+
+
+def test_lesson_03_clipping_solution_passes_and_typical_mistakes_fail_on_the_case_that_shows_them():
+    import math
+
+    from lessons.stability import clip_exercise
+
+    namespace = {"math": math, "torch": torch}
+    exec(clip_exercise.solution_source(), namespace)  # noqa: S102 - the lesson's own solution, as a cell holds it
+    good = clip_exercise.check_clipping(namespace["my_clip_grad_norm"], _grads())
+    assert good.passed and "6 cases" in good.message
+
+    def per_tensor(grads, max_norm):
+        norms = [g.norm().item() for g in grads]
+        for g, n in zip(grads, norms):
+            g.mul_(min(1.0, max_norm / (n + 1e-6)))
+        return math.sqrt(sum(n * n for n in norms))
+
+    out = clip_exercise.check_clipping(per_tensor, _grads())
+    assert out.status == "fail" and "different shapes" in out.message and "not a norm per tensor" in out.message
+
+    def sum_of_norms(grads, max_norm):
+        total = sum(g.norm().item() for g in grads)
+        for g in grads:
+            g.mul_(min(1.0, max_norm / (total + 1e-6)))
+        return total
+
+    out = clip_exercise.check_clipping(sum_of_norms, _grads())
+    assert out.status == "fail" and "different shapes" in out.message and "not a sum of norms" in out.message
+
+    def no_epsilon(grads, max_norm):
+        total = math.sqrt(sum((g ** 2).sum().item() for g in grads))
+        for g in grads:
+            g.mul_(min(1.0, max_norm / total))
+        return total
+
+    out = clip_exercise.check_clipping(no_epsilon, _grads())
+    assert out.status == "fail" and "all zeros" in out.message and "ZeroDivisionError" in out.message
+
+    def returns_the_clipped_norm(grads, max_norm):
+        total = math.sqrt(sum((g ** 2).sum().item() for g in grads))
+        for g in grads:
+            g.mul_(min(1.0, max_norm / (total + 1e-6)))
+        return min(total, max_norm)
+
+    out = clip_exercise.check_clipping(returns_the_clipped_norm, _grads())
+    assert out.status == "fail" and "above the threshold" in out.message and "the value returned" in out.message

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from plotly.subplots import make_subplots
 
 from labtools import plots
-from labtools.claims import Ledger, at_least, at_most
+from labtools.claims import Findings, Ledger, at_least, at_most
 from labtools.device import pick_device
 from labtools.schedules import bind, warmup_cosine
 from labtools.train import History, TrainConfig, train
@@ -130,21 +130,23 @@ def token_normalization(S: Settings) -> dict:
             "fix_rel_error": rel(fix), "cosine_bug": F.cosine_similarity(bug, ref, 0).item()}
 
 
-def token_findings(ledger: Ledger, S: Settings, t: dict) -> str:
+def token_findings(ledger: Ledger, S: Settings, t: dict) -> Findings:
     ledger.add("token_bug", "Micro-batches with unequal real-token counts: dividing each micro-batch's mean loss by k "
                "gives a different gradient from the batch's (relative error ‖Δg‖/‖g‖, measured)", t["bug_rel_error"],
                at_least(0.01), kind="measured")
     ledger.add("token_fix", "Summing token losses and dividing by the batch's real-token count gives the batch's "
                "gradient (relative error, measured)", t["fix_rel_error"], at_most(1e-5), kind="measured")
-    return (f"{len(t['tokens'])} micro-batches here held {', '.join(f'{n:,}' for n in t['tokens'])} real tokens (the "
-            "rest padding, targets ignored). Dividing each micro-batch's *mean* loss by k weights a token in a short "
-            f"micro-batch more than one in a long micro-batch: the gradient is off by {t['bug_rel_error']:.1%} of its "
-            f"norm. Summing the token losses and dividing by all {t['total']:,} real tokens gives the batch's "
-            f"gradient (off by {t['fix_rel_error']:.0e}). With equal token counts — the experiment above, no "
-            "padding — the two coincide, which is why the bug went unnoticed in widely used trainers until 2024.")
+    return Findings([
+        f"The {len(t['tokens'])} micro-batches held {', '.join(f'{n:,}' for n in t['tokens'])} real tokens; the rest "
+        "was padding, whose targets the loss ignores.",
+        f"Dividing each micro-batch's *mean* loss by k: the gradient was off by **{t['bug_rel_error']:.1%}** of its "
+        "norm, because a token in a short micro-batch weighed more than one in a long micro-batch.",
+        f"Summing the token losses and dividing by all {t['total']:,} real tokens: off by "
+        f"**{t['fix_rel_error']:.0e}**, the batch's own gradient.",
+    ])
 
 
-def findings(ledger: Ledger, S: Settings, runs: dict[Arm, History], max_grad_diff: float) -> str:
+def findings(ledger: Ledger, S: Settings, runs: dict[Arm, History], max_grad_diff: float) -> Findings:
     k = S.accum_k
     v = {n: h.final_val_loss for n, h in runs.items()}
     same = max(abs(a - b) for a, b in zip(runs[SGD_SUM].loss, runs[SGD_MEAN_LR_K].loss))
@@ -164,16 +166,16 @@ def findings(ledger: Ledger, S: Settings, runs: dict[Arm, History], max_grad_dif
                "sum − mean)", clipped[ADAMW_SUM_CLIP] - clipped[ADAMW_MEAN_CLIP], at_least(0.2),
                kind="measured")
     ledger.note("accum_final_val", {a.label(k): x for a, x in v.items()})
-    return (f"{k} micro-batches of {S.batch_size // k} gave the same gradients as one batch of {S.batch_size}: max "
-            f"difference {max_grad_diff:.1e}. The bug: **SGD** with summed losses ended at val "
-            f"{v[SGD_SUM]:.3f} vs {v[SGD_MEAN]:.3f} averaged — and its loss curve is the averaged run at "
-            f"lr × {k} (max difference {same:.1e}): summing is exactly a {k}× learning rate. **AdamW** without "
-            f"clipping: {v[ADAMW_SUM]:.3f} summed vs {v[ADAMW_MEAN]:.3f} averaged. Adam divides out the "
-            f"gradient's scale, so both take the same steps (their losses agree to {early:.0e} over the first 5 "
-            "steps); later they drift apart because of ε, which is added to √v̂: summing makes √v̂ k× larger, so ε "
-            "weighs k× less (with ε = 0 the two runs are bitwise identical: tests/test_lesson_stability.py). With "
-            f"clipping at 1.0 it does: the {k}× larger norm was clipped on "
-            f"{clipped[ADAMW_SUM_CLIP]:.0%} of steps vs "
-            f"{clipped[ADAMW_MEAN_CLIP]:.0%}, and the runs ended at "
-            f"{v[ADAMW_SUM_CLIP]:.3f} vs {v[ADAMW_MEAN_CLIP]:.3f}. \"Summing multiplies the "
-            "learning rate by k\" is true for SGD; for Adam it is the clipping threshold that changes.")
+    return Findings([
+        f"{k} micro-batches of {S.batch_size // k} gave the gradient of one batch of {S.batch_size}: they differ by at "
+        f"most **{max_grad_diff:.1e}**.",
+        f"**SGD**, summed losses: its loss curve is the averaged run's at lr × {k}, to **{same:.1e}**. Summing is "
+        f"exactly a {k}× learning rate (final val {v[SGD_SUM]:.3f} summed, {v[SGD_MEAN]:.3f} averaged).",
+        f"**AdamW**, no clipping: summed and averaged runs agree to **{early:.0e}** over the first 5 steps (final val "
+        f"{v[ADAMW_SUM]:.3f} vs {v[ADAMW_MEAN]:.3f}). Adam divides out the gradient's scale.",
+        f"**AdamW**, clipping at 1.0: the {k}× larger norm was clipped on **{clipped[ADAMW_SUM_CLIP]:.0%}** of steps, "
+        f"against {clipped[ADAMW_MEAN_CLIP]:.0%} averaged (final val {v[ADAMW_SUM_CLIP]:.3f} vs "
+        f"{v[ADAMW_MEAN_CLIP]:.3f}).",
+        "So \"summing multiplies the learning rate by k\" holds for SGD; under AdamW the bug moves the clipping "
+        "threshold instead.",
+    ])

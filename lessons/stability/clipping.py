@@ -8,7 +8,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from labtools import data, plots
-from labtools.claims import Ledger, at_least, at_most
+from labtools.claims import Findings, Ledger, at_least, at_most
 from labtools.device import pick_device
 from labtools.schedules import bind, warmup_cosine
 from labtools.train import History, TrainConfig, train
@@ -26,22 +26,30 @@ def clip_by_global_norm(grads: list[torch.Tensor], max_norm: float) -> float:
     return total
 
 
-def clip_parity(S: Settings, max_norm: float = 0.1) -> tuple[float, float]:
-    """(max |ours − torch| over the clipped gradients, pre-clip norm) on the GPT's real gradients of one batch."""
-    text = corpus()
+def gpt_gradients(S: Settings) -> list[torch.Tensor]:
+    """The gradients of the lesson's GPT (as AdamW's runs build it) on one training batch, one tensor per parameter."""
     model, _ = build(S, "AdamW", S.adamw_lr)
-    X, Y = text.batch("train", S.batch_size, S.block_size, torch.Generator().manual_seed(S.seed), pick_device())
+    X, Y = corpus().batch("train", S.batch_size, S.block_size, torch.Generator().manual_seed(S.seed), pick_device())
     model(X, Y)[1].backward()
-    ours = [p.grad.clone() for p in model.parameters()]
+    return [p.grad.detach().clone() for p in model.parameters()]
+
+
+def clip_parity(grads: list[torch.Tensor], max_norm: float = 0.1) -> tuple[float, float]:
+    """(max |ours − torch| over the clipped gradients, pre-clip norm): clip_by_global_norm against
+    torch.nn.utils.clip_grad_norm_ on copies of the same gradients."""
+    ours, theirs = [g.clone() for g in grads], [torch.nn.Parameter(torch.empty_like(g)) for g in grads]
+    for p, g in zip(theirs, grads):
+        p.grad = g.clone()
     norm = clip_by_global_norm(ours, max_norm)
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    return max((a - p.grad).abs().max().item() for a, p in zip(ours, model.parameters())), norm
+    torch.nn.utils.clip_grad_norm_(theirs, max_norm)
+    return max((a - p.grad).abs().max().item() for a, p in zip(ours, theirs)), norm
 
 
-def clip_parity_findings(ledger: Ledger, clip_diff: float, norm: float) -> str:
+def clip_parity_findings(ledger: Ledger, clip_diff: float, norm: float) -> Findings:
     ledger.add("clip_parity", "Clipping written out matches torch.nn.utils.clip_grad_norm_ (max |Δg|)", clip_diff,
                at_most(1e-7), kind="measured")
-    return f"Pre-clip norm {norm:.3f}; max |ours − torch| after clipping to 0.1: {clip_diff:.1e}."
+    return Findings([f"This batch's gradient norm: **{norm:.3f}**. Clipped to 0.1, the lab's clipping and torch's "
+                     f"agree to {clip_diff:.1e} on every entry."])
 
 
 def bad_batch(S: Settings, text: data.Corpus) -> tuple[torch.Tensor, torch.Tensor]:
@@ -119,7 +127,7 @@ def damages(S: Settings, runs: dict[tuple, History]) -> dict[tuple, dict]:
     return {(o, c): damage(S, runs, o, c) for o in ("AdamW", "SGD") for c in (None, 1.0)}
 
 
-def findings(ledger: Ledger, S: Settings, runs: dict[tuple, History]) -> str:
+def findings(ledger: Ledger, S: Settings, runs: dict[tuple, History]) -> Findings:
     d = damages(S, runs)
     a = d[("AdamW", None)]
     ledger.add("bad_norm", "A bad batch's gradient norm is far above a typical step's (ratio, AdamW)",
@@ -132,26 +140,23 @@ def findings(ledger: Ledger, S: Settings, runs: dict[tuple, History]) -> str:
     ledger.note("damage", {f"{o} clip={c}": v for (o, c), v in d.items()})
 
     def rec(x):
-        if x["recovery_steps"] is None:
-            return "did not recover within the run"
-        return f"recovered in {x['recovery_steps']} steps"
-    lines = [f"The {S.n_bad} bad batches had a gradient norm of {d[('AdamW', None)]['bad_grad_norm']:.1f} against a "
-             f"typical {d[('AdamW', None)]['typical_grad_norm']:.2f} (AdamW, before clipping). Damage = val loss of "
-             "the "
-             "run with bad batches minus its clean twin:"]
+        return "no recovery within the run" if x["recovery_steps"] is None else \
+            f"back within 0.02 in {x['recovery_steps']} steps"
+    a = d[("AdamW", None)]
+    sgd = d[("SGD", None)]
+    ratio = sgd["bad_grad_norm"] / sgd["typical_grad_norm"]
+    bullets = [f"The {S.n_bad} bad batches had gradient norms up to **{a['bad_grad_norm']:.1f}**, against a typical "
+               f"{a['typical_grad_norm']:.2f} (AdamW's run, before clipping)."]
     for o in ("AdamW", "SGD"):
-        a, b = d[(o, None)], d[(o, 1.0)]
-        lines.append(f"* **{o}**: without clipping the excess peaked at {a['peak_excess']:.3f}, averaged "
-                     f"{a['mean_excess']:.3f} over the rest of the run and {rec(a)}; clipped at 1.0 it peaked at "
-                     f"{b['peak_excess']:.3f}, averaged {b['mean_excess']:.3f} and {rec(b)}.")
-    ratio = d[("SGD", None)]["bad_grad_norm"] / d[("SGD", None)]["typical_grad_norm"]
-    lines.append(f"Adam is partly protected by its own normalisation: the bad gradient's size is divided by √v̂. SGD "
-                 f"steps in proportion to the gradient, so a {ratio:.0f}× gradient is a {ratio:.0f}× step.")
-    lines.append("Clipping bounds that step. AdamW gains less from it: its own normalisation had already shrunk the "
-                 "bad steps. The average excess over the rest of the run is the measure here, not the peak: one "
-                 "evaluation right after the burst moves with the rounding of a run (on the same seed, AdamW's peak "
-                 "differs between one and two torch threads; the average keeps its verdict).")
-    return "\n".join(lines)
+        u, c = d[(o, None)], d[(o, 1.0)]
+        bullets.append(f"**{o}**: the excess val loss after the burst averaged **{u['mean_excess']:.3f}** unclipped "
+                       f"(peak {u['peak_excess']:.3f}, {rec(u)}) and **{c['mean_excess']:.3f}** clipped at 1.0 "
+                       f"(peak {c['peak_excess']:.3f}, {rec(c)}).")
+    bullets += [f"SGD steps in proportion to the gradient: a bad gradient {ratio:.0f}× its typical size made a step "
+                f"{ratio:.0f}× as large, until clipping capped it.",
+                "Adam divides each step by √v̂, which the bad gradients inflate too: it was partly protected already, "
+                "so clipping removed less damage from it than from SGD."]
+    return Findings(bullets)
 
 
 def clip_claims(d: dict[tuple, dict]) -> dict[str, tuple]:

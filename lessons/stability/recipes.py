@@ -3,7 +3,7 @@
 import plotly.graph_objects as go
 
 from labtools import plots
-from labtools.claims import Ledger
+from labtools.claims import Findings, Ledger
 from labtools.widgets import Panel, slider
 from lessons.stability import Settings
 
@@ -83,23 +83,19 @@ def effective_batch_panel() -> Panel:
     return Panel(effective_batch_figure, controls, debounce_ms=0, title="Effective batch size")
 
 
-def findings(ledger: Ledger, S: Settings) -> str:
+def findings(ledger: Ledger, S: Settings) -> Findings:
     fractions = {n: warmup_fraction(n) for n in RECIPES}
     ledger.note("warmup_fraction", fractions)
     gpt3, llama = fractions["GPT-3 175B"], fractions["LLaMA 2 70B"]
     ours = S.batch_size * S.block_size
     ratios = [r["batch_tokens"] / ours for r in RECIPES.values() if r["batch_tokens"]]
-    return (f"Warmup is a tiny share of a large run: {gpt3:.2%} of GPT-3's tokens and {llama:.2%} of LLaMA 2's "
-            "steps. Our runs "
-            "are a few hundred steps, so the lab warms up over 10% of them — and lesson 02 measured that a warmup "
-            "that short already protects Adam's first steps. The choices that do not depend on scale carry over "
-            "unchanged: AdamW, β2 = 0.95 (lesson 01), weight decay 0.1 on matrices only, clipping at 1.0, cosine to "
-            "10% of the peak. The peak learning rate grows as models shrink (LLaMA 2: 3e-4 at 7B, 1.5e-4 at 70B); our "
-            f"sub-million-parameter models run here at {S.adamw_lr:g} (lesson 01 maps the landscape of its own). A "
-            f"batch of {S.batch_size} × {S.block_size} = {ours:,} tokens is 1/{min(ratios):,.0f} to "
-            f"1/{max(ratios):,.0f} of theirs. Two rows correct figures often quoted for them rather than leave a "
-            "blank: "
-            "they give **Mistral 7B** a training recipe, but Jiang et al. 2023 publish its architecture only — "
-            "those numbers have no source; and they give **Chinchilla** a 1,500-step warmup, which is Gopher's "
-            "(Rae et al. 2021, whose setup Chinchilla otherwise follows) — Hoffmann et al. state no warmup of "
-            "their own.")
+    return Findings([
+        f"Warm-up is a tiny share of a large run: **{gpt3:.2%}** of GPT-3's tokens, **{llama:.2%}** of LLaMA 2's "
+        "steps. The lab's runs are a few hundred steps, so they warm up over 10% (lesson 02: enough for Adam).",
+        "The choices that do not depend on scale carry over unchanged: AdamW with β2 = 0.95, weight decay 0.1 on "
+        "matrices only, clipping at 1.0, cosine decay to 10% of the peak.",
+        f"The peak learning rate grows as models shrink (LLaMA 2: 3e-4 at 7B, 1.5e-4 at 70B); this lesson's "
+        f"sub-million-parameter GPT runs at {S.adamw_lr:g}.",
+        f"Its batch of {S.batch_size} × {S.block_size} = {ours:,} tokens is 1/{min(ratios):,.0f} to "
+        f"1/{max(ratios):,.0f} of theirs.",
+    ])
