@@ -38,6 +38,7 @@ PANEL_TIMEOUT_S = 120  # training panels run one small training; formula panels 
 EXERCISE_TIMEOUT_S = 120
 # The lessons whose exercise the browser fills in, with the module that holds its solution (solution_source()).
 EXERCISES = {"00_training_loop": "lessons.training_loop.adamw_exercise",
+             "01_adamw_vs_adam_l2": "lessons.adamw_vs_adam_l2.decay_exercise",
              "02_lr_schedules": "lessons.lr_schedules.schedule_exercise",
              "03_stability": "lessons.stability.clip_exercise",
              "07_data_parallel": "lessons.data_parallel.ring_exercise"}

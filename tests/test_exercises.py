@@ -200,3 +200,26 @@ def test_lesson_03_clipping_solution_passes_and_typical_mistakes_fail_on_the_cas
 
     out = clip_exercise.check_clipping(returns_the_clipped_norm, _grads())
     assert out.status == "fail" and "above the threshold" in out.message and "the value returned" in out.message
+
+
+def test_lesson_01_weight_decay_solution_passes_and_the_two_forms_swapped_fail_with_the_hint():
+    from lessons.adamw_vs_adam_l2 import decay_exercise
+
+    assert decay_exercise.check_decay(decay_exercise.reference).passed
+
+    def swapped(p, g, lr, weight_decay, decoupled):
+        return decay_exercise.reference(p, g, lr, weight_decay, not decoupled)
+
+    out = decay_exercise.check_decay(swapped)
+    assert out.status == "fail" and "AdamW, λ = 0.1" in out.message and "leaves the gradient alone" in out.message
+
+    def without_lr(p, g, lr, weight_decay, decoupled):
+        return (p * (1 - weight_decay), g) if decoupled else (p, g + weight_decay * p)
+
+    out = decay_exercise.check_decay(without_lr)
+    assert out.status == "fail" and "AdamW, λ = 0.1" in out.message
+
+    def returns_p_only(p, g, lr, weight_decay, decoupled):
+        return p
+
+    assert "return the pair (p, g)" in decay_exercise.check_decay(returns_p_only).message

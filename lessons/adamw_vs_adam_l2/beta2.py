@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from labtools import plots
-from labtools.claims import Ledger, at_least
+from labtools.claims import Findings, Ledger, at_least
 from labtools.train import History, StepInfo
 from lessons.adamw_vs_adam_l2 import Settings
 from lessons.adamw_vs_adam_l2.groups import train_run
@@ -89,7 +89,7 @@ def figure(natural: dict[float, History], surged: dict[float, History], steps: i
     return fig
 
 
-def findings(ledger: Ledger, S: Settings, natural: dict[float, History], surged: dict[float, History]) -> str:
+def findings(ledger: Ledger, S: Settings, natural: dict[float, History], surged: dict[float, History]) -> Findings:
     n = {b: spike_stats(natural[b]) for b in BETA2S}
     st = {b: surge_stats(surged[b], S.beta2_steps) for b in BETA2S}
     ledger.add("surge_overshoot", f"After a ×{S.surge_factor:g} gradient surge, β2 = 0.999's update overshoots "
@@ -100,11 +100,13 @@ def findings(ledger: Ledger, S: Settings, natural: dict[float, History], surged:
     for b in BETA2S:
         ledger.note(f"natural_beta2_{b}", n[b])
         ledger.note(f"surge_beta2_{b}", st[b])
-    return (f"At lr = {S.beta2_lr:g} with no surge, the two settings behaved alike at this scale: "
-            f"{n[0.999]['jumps']} vs {n[0.95]['jumps']} step-to-step loss jumps above 0.3 nats (β2 = 0.999 vs 0.95), "
-            f"final val {n[0.999]['final_val']:.3f} vs {n[0.95]['final_val']:.3f} — the instability larger models show "
-            f"did not appear. After the ×{S.surge_factor:g} gradient surge, β2 = 0.999's update RMS rose "
-            f"{st[0.999]['overshoot']:.1f}× (from {st[0.999]['update_before']:.2f} to "
-            f"{st[0.999]['update_max_after']:.2f}) and β2 = 0.95's {st[0.95]['overshoot']:.1f}×; validation loss rose "
-            f"by {st[0.999]['val_rise']:.3f} vs {st[0.95]['val_rise']:.3f}. A slow v̂ lags behind a gradient that "
-            "suddenly grows, so m̂/√v̂ overshoots until v̂ catches up (≈ 1/(1 − β2) steps).")
+    return Findings([
+        f"Without a surge, at lr = {S.beta2_lr:g}, the two settings behaved alike at this scale: "
+        f"{n[0.999]['jumps']} against {n[0.95]['jumps']} loss jumps above 0.3 nats (β2 = 0.999 vs 0.95), final val "
+        f"{n[0.999]['final_val']:.3f} vs {n[0.95]['final_val']:.3f}.",
+        f"After the ×{S.surge_factor:g} surge, β2 = 0.999's update RMS rose **{st[0.999]['overshoot']:.1f}×** (from "
+        f"{st[0.999]['update_before']:.2f} to {st[0.999]['update_max_after']:.2f}); β2 = 0.95's rose "
+        f"{st[0.95]['overshoot']:.1f}×.",
+        f"Validation loss rose by {st[0.999]['val_rise']:.3f} (β2 = 0.999) against {st[0.95]['val_rise']:.3f} "
+        "(0.95): a slow v̂ lags behind a gradient that suddenly grows.",
+    ])

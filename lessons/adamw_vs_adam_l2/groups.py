@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from labtools import plots
-from labtools.claims import Ledger, at_least
+from labtools.claims import Findings, Ledger, at_least
 from labtools.schedules import bind, warmup_cosine
 from labtools.train import History, StepInfo, TrainConfig, train
 from lessons.adamw_vs_adam_l2 import OPTIMIZERS, Settings, build_model, corpus
@@ -112,7 +112,7 @@ def final_amplification(h: History) -> dict[str, float]:
     return dict(h.extra["amplification"][-1])
 
 
-def findings(ledger: Ledger, S: Settings, runs: dict[str, History]) -> str:
+def findings(ledger: Ledger, S: Settings, runs: dict[str, History]) -> Findings:
     amp = final_amplification(runs["AdamL2"])
     order = sorted(amp, key=amp.get)
     mlp_w, mlp_l2 = runs["AdamW"].extra["norm"][-1]["mlp"], runs["AdamL2"].extra["norm"][-1]["mlp"]
@@ -124,16 +124,17 @@ def findings(ledger: Ledger, S: Settings, runs: dict[str, History]) -> str:
     ledger.note("amplification", amp)
     ledger.note("decay_share_of_v", share)
     parts = ", ".join(f"{r} {amp[r]:.0f}×" for r in order)
-    shares = ", ".join(f"{r} {share[r]:.2g}" for r in order)
     least = order[0]
-    why = (f"That is not gradient history: Σ(λθ)² is {share[least]:.2g}× the {least} group's Σv̂ — the decay term fills "
-           "its own denominator (v̂ ≈ (λθ)²), so A cannot exceed ≈ 1/(λ|θ|), the cap seen on the toy at small σ."
-           if share[least] > 0.5 else
+    why = (f"The decay term fills its own denominator there: (λθ)² is {share[least]:.0%} of the group's v̂, so A "
+           "cannot exceed about 1/(λ|θ|), the cap the toy showed at small σ." if share[least] > 0.5 else
            f"Its gradients dominate v̂ there ((λθ)² is {share[least]:.0%} of it): a large gradient history shields "
            "it from the decay.")
-    return (f"At the end of training, Adam + L2's decay per group was A times AdamW's: {parts}. With the same "
-            f"λ = {S.weight_decay:g}, it shrank the weights far more (MLP ‖θ‖ {mlp_l2:.2f} vs {mlp_w:.2f} under AdamW) "
-            f"and reached val loss {runs['AdamL2'].final_val_loss:.3f} vs AdamW's {runs['AdamW'].final_val_loss:.3f}. "
-            f"The {least} group was decayed least and {order[-1]} most: one λ, very different regularisation per "
-            "group. How "
-            f"much of v̂ is the decay term's own square, Σ(λθ)²/Σv̂ at the end: {shares}. {why}")
+    return Findings([
+        f"Adam + L2 decayed each group A times as fast as AdamW at the end of training: {parts}. One λ, very "
+        "different regularisation per group.",
+        f"At the same λ = {S.weight_decay:g}, Adam + L2 shrank the weights far more: MLP ‖θ‖ **{mlp_l2:.2f}** against "
+        f"{mlp_w:.2f} under AdamW.",
+        f"Final val loss {runs['AdamL2'].final_val_loss:.3f} (Adam + L2) against {runs['AdamW'].final_val_loss:.3f} "
+        "(AdamW).",
+        f"The {least} group was decayed least. {why}",
+    ])

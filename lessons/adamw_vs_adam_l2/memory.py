@@ -4,7 +4,7 @@ import plotly.graph_objects as go
 import torch
 
 from labtools import plots
-from labtools.claims import Ledger, approx, at_most
+from labtools.claims import Findings, Ledger, approx, at_most
 from labtools.device import pick_device
 from labtools.optim import SGD, Adafactor, Adam, AdamW, Lion, state_bytes
 from lessons.adamw_vs_adam_l2 import Settings, build_model, corpus
@@ -48,7 +48,7 @@ def figure(table: dict[str, dict]) -> go.Figure:
                       title="Optimizer state, bytes per parameter (fp32)", yaxis="bytes / parameter")
 
 
-def findings(ledger: Ledger, memory: dict[str, dict]) -> str:
+def findings(ledger: Ledger, memory: dict[str, dict]) -> Findings:
     for name, row in memory.items():
         if name == "Adafactor":
             ledger.add("mem_adafactor", "torch.optim.Adafactor (no momentum) keeps far less than the quoted ≈4 "
@@ -65,10 +65,10 @@ def findings(ledger: Ledger, memory: dict[str, dict]) -> str:
                kind="measured")
     ledger.note("memory_bytes_per_param", memory)
     a = memory["Adafactor"]
-    return (f"Every measured value matches the commonly quoted table except Adafactor: {a['ours']:.3f} bytes/param "
-            "here "
-            f"(torch.optim.Adafactor: {a['torch']:.3f}), not ≈ 4. Without momentum, Adafactor stores only a row and a "
-            "column factor per matrix (n + m numbers for n·m weights) and a full second moment only for vectors "
-            "(biases, norms). The quoted ≈ 4 fits Adafactor *with* a first moment (β1 > 0), which costs the full 4 "
-            "bytes/param again. torch's Adam and AdamW come out a hair above 8 because they keep the step count as a "
-            "one-element tensor per parameter tensor.")
+    return Findings([
+        "Every measured value matches the commonly quoted table except Adafactor's.",
+        f"Adafactor kept **{a['ours']:.3f}** bytes per parameter here (torch.optim.Adafactor: {a['torch']:.3f}), not "
+        "about 4: without momentum it stores a row and a column factor per matrix, n + m numbers for n·m weights.",
+        "torch's Adam and AdamW come out a hair above 8: they keep the step count as a one-element tensor per "
+        "parameter tensor.",
+    ])

@@ -8,7 +8,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from labtools import plots
-from labtools.claims import Ledger, approx, at_least, at_most
+from labtools.claims import Findings, Ledger, approx, at_least, at_most
 from lessons.adamw_vs_adam_l2 import OPTIMIZERS, Settings
 
 TOY_SIGMAS = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
@@ -93,7 +93,7 @@ def figure(means: dict[str, np.ndarray], rates: dict[str, np.ndarray], sigmas=TO
 
 
 def findings(ledger: Ledger, rates: dict[str, np.ndarray], means: dict[str, np.ndarray],
-                 decoupling: dict[str, dict[float, float]], factor: float = 4.0) -> str:
+                 decoupling: dict[str, dict[float, float]], factor: float = 4.0) -> Findings:
     l2, w = rates["AdamL2"], rates["AdamW"]
     predicted = np.array([predicted_l2_decay(s) for s in TOY_SIGMAS])
     ledger.add("toy_l2_falls", "Toy: under Adam + L2 the effective decay falls as gradient noise grows "
@@ -120,16 +120,13 @@ def findings(ledger: Ledger, rates: dict[str, np.ndarray], means: dict[str, np.n
                kind="measured")
     ledger.note("toy_rates", {k: v.tolist() for k, v in rates.items()})
     ledger.note("decoupling", {form: {f"{lr:g}": d for lr, d in by_lr.items()} for form, by_lr in decoupling.items()})
-    return (f"Measured: AdamW's decay is {w.min():.5g}–{w.max():.5g} per step at every noise level (lr·λ = "
-            f"{TOY_LR * TOY_WD:g}); its mean weight follows (1 − lr·λ)^t to {worst:.0e}. Adam + L2's falls from "
-            f"{l2[0]:.3g} at σ = {TOY_SIGMAS[0]:g} to {l2[-1]:.3g} at σ = {TOY_SIGMAS[-1]:g}, a factor "
-            f"{l2[0] / l2[-1]:.0f}. At small σ the decay term dominates the gradient, so Adam normalises it to a fixed "
-            "step of ≈ lr: the weight falls by lr per step rather than by a fraction, which is why the smallest-σ "
-            "points sit above the exponential prediction.\n\n"
-            "**Decoupled from what?** Loshchilov & Hutter's update is θ ← θ − η_t(α·m̂/(√v̂+ε) + λθ): the decay is "
-            "multiplied by the schedule's η_t, *not* by the learning rate α. That is their claim (i) — the best λ no "
-            "longer moves when α does. torch's AdamW (and `labtools.optim.AdamW` by default) shrinks by lr·λ = "
-            f"α·η_t·λ, which couples them again: ×{factor:g} lr made its decay ×{torch_ratio:.2f} here, against "
-            f"×{lh_ratio:.2f} for their form (`AdamW(independent_decay=True)`, equal to torch's AdamW with "
-            "weight_decay = λ/α — tested). With torch's form, lines of equal decay are diagonals of the lr × λ "
-            "grid below.")
+    return Findings([
+        f"**AdamW** decayed every weight by {w.min():.5g}–{w.max():.5g} per step at every noise level: lr·λ = "
+        f"{TOY_LR * TOY_WD:g}. Its mean weight followed (1 − lr·λ)^t to {worst:.0e}.",
+        f"**Adam + L2**'s decay fell from {l2[0]:.3g} per step at σ = {TOY_SIGMAS[0]:g} to {l2[-1]:.3g} at σ = "
+        f"{TOY_SIGMAS[-1]:g}: **{l2[0] / l2[-1]:.0f}×** less for the noisiest weights.",
+        "At the smallest σ the decay term is the whole gradient, so Adam normalises it to a step of about lr: the "
+        "weight falls by lr per step, not by a fraction, which is why those points sit above the prediction.",
+        f"Four times the learning rate made torch's AdamW decay **{torch_ratio:.2f}×** faster per step; Loshchilov & "
+        f"Hutter's own form decayed {lh_ratio:.2f}× as fast (the note \"Decoupled from what?\").",
+    ])
