@@ -41,6 +41,7 @@ EXERCISES = {"00_training_loop": "lessons.training_loop.adamw_exercise",
              "01_adamw_vs_adam_l2": "lessons.adamw_vs_adam_l2.decay_exercise",
              "02_lr_schedules": "lessons.lr_schedules.schedule_exercise",
              "03_stability": "lessons.stability.clip_exercise",
+             "04_mixed_precision": "lessons.mixed_precision.scaler_exercise",
              "07_data_parallel": "lessons.data_parallel.ring_exercise"}
 
 

@@ -223,3 +223,25 @@ def test_lesson_01_weight_decay_solution_passes_and_the_two_forms_swapped_fail_w
         return p
 
     assert "return the pair (p, g)" in decay_exercise.check_decay(returns_p_only).message
+
+
+def test_lesson_04_scaler_update_solution_passes_and_forgetting_the_reset_fails_with_the_hint():
+    from lessons.mixed_precision import scaler_exercise
+
+    assert scaler_exercise.check_update(scaler_exercise.reference).passed
+
+    def no_reset(scale, clean_steps, found_inf, growth_interval):
+        if found_inf:
+            return scale * 0.5, clean_steps  # halves, but keeps counting
+        clean_steps += 1
+        return (scale * 2.0, 0) if clean_steps % growth_interval == 0 else (scale, clean_steps)
+
+    out = scaler_exercise.check_update(no_reset)
+    assert out.status == "fail" and "one overflow" in out.message and "restarts the count" in out.message
+    assert "after step 4 the scale is 2^16, GradScaler's is 2^15" in out.message
+
+    def never_grows(scale, clean_steps, found_inf, growth_interval):
+        return (scale * 0.5, 0) if found_inf else (scale, clean_steps + 1)
+
+    out = scaler_exercise.check_update(never_grows)
+    assert out.status == "fail" and "ten clean steps" in out.message

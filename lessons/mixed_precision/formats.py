@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 import torch
 
 from labtools import plots
-from labtools.claims import Ledger, approx, is_true
+from labtools.claims import Findings, Ledger, approx, is_true
 from labtools.precision import FORMATS, decompose
 from labtools.widgets import Panel
 
@@ -62,7 +62,7 @@ def explorer_panel() -> Panel:
                  title="Type a number")
 
 
-def findings(ledger: Ledger) -> str:
+def findings(ledger: Ledger) -> Findings:
     for name, f in FORMATS.items():
         if f.dtype is not None:
             fi = torch.finfo(f.dtype)
@@ -74,4 +74,5 @@ def findings(ledger: Ledger) -> str:
                    approx(largest, rel=0.01), source="common tables", kind="computed")
     one = decompose(1 + 2**-9, "bf16").stored
     ledger.add("bf16_one", "1 + 2⁻⁹ is stored as exactly 1 in bf16", one == 1.0, is_true(), kind="measured")
-    return f"Computed from the bit widths and checked against torch.finfo; 1 + 2⁻⁹ in bf16 is stored as {one:g}."
+    return Findings([f"Every format's largest value, smallest normal and ε, computed from its bit widths, equal "
+                     f"torch.finfo's; 1 + 2⁻⁹ stored in bf16 is **{one:g}**."])

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from plotly.subplots import make_subplots
 
 from labtools import plots
-from labtools.claims import Ledger, approx, at_least, at_most, between
+from labtools.claims import Findings, Ledger, approx, at_least, at_most, between
 from labtools.device import pick_device
 from labtools.keys import Key
 from labtools.model import GPT
@@ -128,7 +128,7 @@ def figure(runs: dict[Recipe, History], S: Settings) -> go.Figure:
     return fig
 
 
-def findings(ledger: Ledger, S: Settings, runs: dict[Recipe, History]) -> str:
+def findings(ledger: Ledger, S: Settings, runs: dict[Recipe, History]) -> Findings:
     k = S.shrink_exp
     f = {n: h.final_val_loss for n, h in runs.items()}
     dyn, none, fp32 = runs[Recipe.FP16_DYNAMIC], runs[Recipe.FP16_NO_SCALER], runs[Recipe.FP32]
@@ -165,28 +165,22 @@ def findings(ledger: Ledger, S: Settings, runs: dict[Recipe, History]) -> str:
                sum(bs.skipped), at_most(0), kind="measured")
     ledger.note("scaling_final_val", f)
     ledger.note("zero_grad_fraction", flushed)
-    finals = ", ".join(f"{n.label(k)} {v:.3f}" + (f" ({len(runs[n].loss)} steps)"
-                                                  if len(runs[n].loss) < S.scaling_steps else "") for n, v in f.items())
-    return (f"Final val loss: {finals}. Without a scaler every fp16 gradient was flushed to zero "
-            f"({flushed[Recipe.FP16_NO_SCALER]:.1%} of the entries exactly zero, measured) and nothing was learned. "
-            f"A static 2^{k} undoes the 2^-{k} exactly; a static 2^{k + 24} overflowed on "
-            f"{sum(high.skipped)} of its {len(high.skipped)} steps, all skipped. The dynamic scaler started at 2^16, "
-            f"grew every {S.growth_interval} clean steps, backed off {sum(dyn.skipped)} times, and ended at "
-            f"2^{math.log2(dyn.loss_scale[-1]):.0f}.\n\n"
-            f"Those two extremes are **manufactured**: 2^-{k} puts every one of this model's gradients below fp16's "
-            f"flush-to-zero threshold, and 2^{k + 24} puts them above 65504, so 'learns nothing' and 'skips every "
-            "step' follow from the chosen shrink — they show the mechanism, not what a real run looks like. A real "
-            f"model's gradients span many orders of magnitude, so underflow is partial. At 2^-{PARTIAL_EXP}, "
-            f"{flushed[partial]:.1%} of the gradient entries were zero (fp32 run: {flushed[Recipe.FP32]:.1%}) and "
-            f"the run's val loss moved by {-drop[partial]:+.2f} nats against fp32's {-drop[Recipe.FP32]:+.2f}: "
-            + ("it still learned, only worse — nothing announces the lost gradients but a worse loss."
-               if drop[partial] > 0 else
-               "it ended above where it started — a run that loses most of its gradients to underflow need not "
-               "stall politely, it can get worse.")
-            + "\n\n"
-            "**GradScaler with bf16** (some recipes keep it): the bf16 run with `torch.amp.GradScaler` took every "
-            f"step ({sum(bs.skipped)} skipped), its scale grew to 2^{math.log2(bs.loss_scale[-1]):.0f}, and its "
-            "losses differ from the plain bf16 run's by at most "
-            f"{max(abs(a - b) for a, b in zip(bf.loss, bs.loss)):.1g} (measured). bf16 has fp32's exponent, so no "
-            "gradient underflows and a power-of-two scale changes no bit: the scaler only costs a multiply, an "
-            "unscale and an inf check per step. It is unnecessary.")
+    return Findings([
+        f"**No scaler**: {flushed[Recipe.FP16_NO_SCALER]:.1%} of fp16's gradient entries were exactly zero; val loss "
+        f"moved by {-drop[Recipe.FP16_NO_SCALER]:+.2f} against fp32's {-drop[Recipe.FP32]:+.2f}. Nothing was learned.",
+        f"**Static 2^{k}** undoes the 2^-{k} exactly: final val {f[Recipe.FP16_STATIC]:.3f} against fp32's "
+        f"{f[Recipe.FP32]:.3f}.",
+        f"**Static 2^{k + 24}** overflowed on {sum(high.skipped)} of its {len(high.skipped)} steps, every one "
+        "skipped.",
+        f"**Dynamic**: from 2^16 it grew every {S.growth_interval} clean steps, backed off {sum(dyn.skipped)} "
+        f"time{'s' * (sum(dyn.skipped) != 1)} "
+        f"and ended at 2^{math.log2(dyn.loss_scale[-1]):.0f}; final val {f[Recipe.FP16_DYNAMIC]:.3f}.",
+        f"**Partial underflow** (2^-{PARTIAL_EXP}): {flushed[partial]:.1%} of the entries were zero (fp32: "
+        f"{flushed[Recipe.FP32]:.1%}) and val loss moved by {-drop[partial]:+.2f}, fp32's by "
+        f"{-drop[Recipe.FP32]:+.2f}. "
+        + ("It learned, only worse: nothing announces the lost gradients but the loss." if drop[partial] > 0 else
+           "It got worse: losing most gradients need not stall a run politely."),
+        f"**bf16 + GradScaler** skipped {sum(bs.skipped)} steps, its scale grew to "
+        f"2^{math.log2(bs.loss_scale[-1]):.0f}, and its losses equal plain bf16's to "
+        f"{max(abs(a - b) for a, b in zip(bf.loss, bs.loss)):.1g}: the scaler changes nothing.",
+    ])

@@ -6,7 +6,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from labtools import plots
-from labtools.claims import Ledger, at_least, at_most
+from labtools.claims import Findings, Ledger, at_least, at_most
 from labtools.schedules import bind, warmup_cosine
 from labtools.train import History, StepInfo, TrainConfig, train
 from lessons.mixed_precision import Settings, build, corpus
@@ -76,7 +76,7 @@ def figure(runs: dict[str, History]) -> go.Figure:
     return fig
 
 
-def findings(ledger: Ledger, runs: dict[str, History]) -> str:
+def findings(ledger: Ledger, runs: dict[str, History]) -> Findings:
     st = master_stats(runs)
     a, b = st["fp32 master + bf16 compute"], st["pure bf16 weights"]
     ledger.add("bf16_stagnates", "Pure bf16 weights: late in training a step leaves most weights unchanged "
@@ -86,8 +86,11 @@ def findings(ledger: Ledger, runs: dict[str, History]) -> str:
     ledger.add("master_moves", "With fp32 master weights, almost every weight moves (fraction unchanged)",
                a["unchanged_late"], at_most(0.01), kind="measured")
     ledger.note("master", st)
-    return (f"In the last quarter of training, a step left {b['unchanged_late']:.0%} of the pure-bf16 weights exactly "
-            f"unchanged (LayerNorm gains: {b['ln_unchanged_late']:.0%}), against {a['unchanged_late']:.1%} with an "
-            f"fp32 master copy. Final val loss: {b['final_val']:.3f} pure bf16, {a['final_val']:.3f} with the master. "
-            "A bf16 weight near 1.0 can only move in steps of 2⁻⁷; an Adam update of lr × (a fraction) at lr "
-            f"{runs['pure bf16 weights'].lr[-1]:.1e} rounds back to where it was.")
+    return Findings([
+        f"In the last quarter of training, a step left **{b['unchanged_late']:.0%}** of the pure-bf16 weights exactly "
+        f"unchanged (LayerNorm gains: {b['ln_unchanged_late']:.0%}); with an fp32 master copy, "
+        f"{a['unchanged_late']:.1%}.",
+        f"Final val loss {b['final_val']:.3f} with pure bf16 weights, {a['final_val']:.3f} with the master.",
+        f"A bf16 weight near 1.0 moves in steps of 2⁻⁷: an Adam update of about the learning rate, "
+        f"{runs['pure bf16 weights'].lr[-1]:.1e} at the end, rounds back to where it was.",
+    ])

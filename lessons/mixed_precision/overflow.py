@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 from labtools import plots
-from labtools.claims import Ledger, at_most, between, is_true
+from labtools.claims import Findings, Ledger, at_most, between, is_true
 from labtools.precision import FORMATS
 from labtools.progress import progress
 from labtools.widgets import Panel
@@ -112,7 +112,7 @@ def panel(sweep: dict[float, dict]) -> Panel:
                  title="Scale the residual stream: where does fp16 give up?")
 
 
-def findings(ledger: Ledger, sweep: dict[float, dict]) -> str:
+def findings(ledger: Ledger, sweep: dict[float, dict]) -> Findings:
     predicted, observed = overflow_threshold(sweep)
     bf16_ok = all(math.isfinite(r["bf16"]["loss"]) for r in sweep.values())
     first = next((sweep[k]["fp16"]["first_nonfinite"] for k in OVERFLOW_SCALES if sweep[k]["fp16"]["first_nonfinite"]),
@@ -130,19 +130,18 @@ def findings(ledger: Ledger, sweep: dict[float, dict]) -> str:
                "residual stream never overflows: the loss is finite at every k (the residual add stays fp32, "
                "LayerNorm runs in fp32)", auto_ok, is_true(), kind="measured")
     ledger.note("overflow_threshold", {"predicted": predicted, "observed": observed})
-    return (f"The largest token-embedding value is {sweep[1.0]['fp32']['acts']['transformer.wte']:.3g}, so fp16 should "
-            f"give up near k ≈ {predicted:.3g}; on the grid, fp16's loss is first non-finite at k = "
-            f"{observed:.3g}{f', starting in `{first}`' if first else ''}. bf16 stayed finite at every k "
-            f"({'yes' if bf16_ok else 'no'}): its exponent is fp32's, so its largest number is 3.4 × 10³⁸, not "
-            "65504.\n\n"
-            "This demo casts the *whole model* to fp16 (fp16 storage). Mixed-precision training does not: under "
-            "`torch.autocast` the weights stay fp32, LayerNorm and the residual additions run in fp32, and only the "
-            "matrix products are done in fp16 — on inputs LayerNorm has just normalised. So the same scaled stream "
-            f"{'never' if auto_ok else 'did'} overflow{'ed' if not auto_ok else 's'} under fp16 autocast, even at "
-            f"k = {OVERFLOW_SCALES[-1]:.0e} (measured). Where autocast does overflow is shown next.")
+    return Findings([
+        f"The largest token-embedding value is {sweep[1.0]['fp32']['acts']['transformer.wte']:.3g}, so fp16 should "
+        f"give up near k ≈ {predicted:.3g} (computed); its loss was first non-finite at **k = {observed:.3g}**"
+        + (f", starting in `{first}`." if first else "."),
+        f"bf16 stayed finite at every k{'' if bf16_ok else ' — no, it did not'}: its exponent is fp32's, so its "
+        "largest number is 3.4 × 10³⁸, not 65504.",
+        f"Under fp16 *autocast* the same scaled stream {'never overflowed' if auto_ok else 'overflowed'}, even at k = "
+        f"{OVERFLOW_SCALES[-1]:.0e}: the weights, LayerNorm and the residual additions stay in fp32.",
+    ])
 
 
-def autocast_findings(ledger: Ledger, r: dict) -> str:
+def autocast_findings(ledger: Ledger, r: dict) -> Findings:
     predicted = FORMATS["fp16"].max / r["fp32_max"]
     observed = first_overflow(r["runs"])
     where = next((run["first_nonfinite"] for run in r["runs"].values() if run["first_nonfinite"]), None)
@@ -151,8 +150,10 @@ def autocast_findings(ledger: Ledger, r: dict) -> str:
                "predicted: within one grid step, above)", (observed or math.inf) / predicted,
                between(1.0, math.sqrt(10)), kind="measured")
     ledger.note("autocast_overflow", {"predicted": predicted, "observed": observed, "first_nonfinite": where})
-    return (f"Block 0's first MLP product has largest output {r['fp32_max']:.3g} (fp32), so with its weights × k "
-            f"fp16 autocast should fail near k ≈ {predicted:.3g}; it first failed at k = {observed:.3g}"
-            + (f", in `{where}`" if where else "") + ". Under autocast the danger is not the residual stream but "
-            "a product whose *output* leaves fp16's range: large weights, or attention logits q·kᵀ growing during "
-            "training — the reason bf16 (or fp32 attention logits) is preferred for large models.")
+    return Findings([
+        f"Block 0's first MLP product has largest output {r['fp32_max']:.3g} (fp32), so with its weights × k fp16 "
+        f"autocast should fail near k ≈ {predicted:.3g} (computed); it first failed at **k = {observed:.3g}**"
+        + (f", in `{where}`." if where else "."),
+        "Under autocast the danger is a product whose *output* leaves fp16's range: large weights, or attention "
+        "logits growing during training.",
+    ])

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from labtools.claims import Ledger, at_most
+from labtools.claims import Findings, Ledger, at_most
 from labtools.device import pick_device
 from labtools.precision import FORMATS
 from labtools.progress import progress
@@ -61,7 +61,7 @@ def run(S: Settings) -> dict[str, dict[str, float]]:
             "device": dev.type}
 
 
-def findings(ledger: Ledger, ms: dict[str, dict[str, float]]) -> str:
+def findings(ledger: Ledger, ms: dict[str, dict[str, float]]) -> Findings:
     st, mm, n = ms["step"], ms["matmul"], ms["matmul_size"]
     flags = cpu_flags()
     native_bf16 = any(f in flags for f in ("avx512_bf16", "amx_bf16"))
@@ -77,14 +77,12 @@ def findings(ledger: Ledger, ms: dict[str, dict[str, float]]) -> str:
         ledger.note("bf16_speedup", speedup)
     slow = {p: mm[p] / mm["fp32"] for p in ("bf16", "fp16")}
     emulated = [p for p in ("bf16", "fp16") if slow[p] > 4]
-    return (f"Per training step of this lesson's small model: fp32 {st['fp32']:.1f} ms, bf16 {st['bf16']:.1f} ms, fp16 "
-            f"{st['fp16']:.1f} ms — bf16 autocast runs at {speedup:.2f}× fp32's speed here (the widely repeated "
-            "\"mixed precision doubles throughput\" is measured on GPUs' tensor cores). "
-            f"Per {n}×{n} matrix product: fp32 {mm['fp32']:.2f} ms, bf16 {mm['bf16']:.2f} ms "
-            f"({slow['bf16']:.3g}× fp32's time), fp16 {mm['fp16']:.2f} ms ({slow['fp16']:.3g}×). "
-            + (f"This CPU reports {', '.join(flags)}. " if flags else "This CPU reports no 16-bit arithmetic flags. ")
-            + (f"{' and '.join(emulated)} products took over 4× fp32's time: without native units the CPU converts "
-               "and computes them in software, which is why the 16-bit runs here are kept tiny. " if emulated else
-               "No 16-bit product was much slower than fp32: this machine has units for them. ")
-            + "At small sizes the casts autocast inserts can cost more than the narrower products save; at large "
-            "sizes the products dominate. On a GPU, bf16 and fp16 both run on tensor cores.")
+    return Findings([
+        f"Per training step of this lesson's model: fp32 {st['fp32']:.1f} ms, bf16 {st['bf16']:.1f} ms, fp16 "
+        f"{st['fp16']:.1f} ms. bf16 autocast ran at **{speedup:.2f}×** fp32's speed here.",
+        f"Per {n}×{n} matrix product: fp32 {mm['fp32']:.2f} ms, bf16 {mm['bf16']:.2f} ms ({slow['bf16']:.3g}× "
+        f"fp32's time), fp16 {mm['fp16']:.2f} ms ({slow['fp16']:.3g}×).",
+        (f"This CPU reports {', '.join(flags)}." if flags else "This CPU reports no 16-bit arithmetic units.")
+        + (f" Its {' and '.join(emulated)} products took over 4× fp32's time: they are converted and computed in "
+           "software." if emulated else " No 16-bit product was much slower than fp32's: it has units for them."),
+    ])

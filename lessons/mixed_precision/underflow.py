@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 import torch
 
 from labtools import plots
-from labtools.claims import Ledger, at_least, at_most
+from labtools.claims import Findings, Ledger, at_least, at_most
 from labtools.device import pick_device
 from labtools.precision import FORMATS
 from labtools.train import TrainConfig, train
@@ -57,12 +57,15 @@ def panel(g: np.ndarray) -> Panel:
                  title="Multiply the gradients by S before storing them in fp16")
 
 
-def findings(ledger: Ledger, grads: np.ndarray) -> str:
+def findings(ledger: Ledger, grads: np.ndarray) -> Findings:
     fr0, fr16 = fp16_fractions(grads, 0), fp16_fractions(grads, 16)
     ledger.add("underflow", "Some real gradients flush to zero in fp16 (fraction of parameters' gradient entries)",
                fr0["flushed"], at_least(1e-4), kind="measured")
     ledger.add("underflow_recovered", "A scale of 2¹⁶ recovers them (flushed with S = 2¹⁶ ÷ without)",
                fr16["flushed"] / max(fr0["flushed"], 1e-12), at_most(0.2), kind="measured")
     ledger.note("fp16_fractions", {"S=1": fr0, "S=2^16": fr16})
-    return (f"Of this model's real gradient entries, {fr0['flushed']:.2%} flush to zero in fp16 and "
-            f"{fr0['subnormal']:.1%} are subnormal; scaled by 2¹⁶, {fr16['flushed']:.2%} flush.")
+    return Findings([
+        f"Of this model's real gradient entries, **{fr0['flushed']:.2%}** flush to zero in fp16 and "
+        f"{fr0['subnormal']:.1%} are subnormal.",
+        f"Scaled by 2¹⁶ first, {fr16['flushed']:.2%} flush.",
+    ])

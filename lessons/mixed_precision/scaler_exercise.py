@@ -1,0 +1,107 @@
+"""Lesson 04, your turn: the dynamic loss scaler's update rule, checked against torch.amp.GradScaler's scale over
+sequences of clean and overflowing steps."""
+
+import html
+import inspect
+import math
+
+import torch
+from IPython.display import HTML, display
+
+from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, where_it_failed
+
+INIT_SCALE = 2.0**16
+F, T = False, True
+# (name, found_inf at each step, growth_interval, hint shown if this case fails)
+CASES = [
+    ("ten clean steps", [F] * 10, 3,
+     "count the clean steps; after growth_interval of them, double the scale and start counting again"),
+    ("one overflow", [F, T, F, F, F], 3, "an overflow halves the scale and restarts the count of clean steps"),
+    ("an overflow just before growth", [F, F, T, F, F, F, F], 3,
+     "an overflow also restarts the count: growth needs growth_interval clean steps in a row"),
+    ("three overflows in a row", [T, T, T, F], 2, "each overflow halves the scale again"),
+    ("growth_interval 1", [F, F, T, F, F], 1, "with growth_interval = 1 every clean step doubles the scale"),
+]
+
+
+def gradscaler_scales(found_inf: list[bool], growth_interval: int) -> list[float]:
+    """The reference: torch.amp.GradScaler's scale after each step, where a step's gradient is made inf or not."""
+    scaler = torch.amp.GradScaler("cpu", init_scale=INIT_SCALE, growth_factor=2.0, backoff_factor=0.5,
+                                  growth_interval=growth_interval)
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=0.0)
+    scales = []
+    for inf in found_inf:
+        opt.zero_grad()
+        scaler.scale(p.sum()).backward()
+        if inf:
+            p.grad.fill_(float("inf"))  # what an overflow in the backward pass leaves in a gradient
+        scaler.step(opt)                # skipped when a gradient is not finite
+        scaler.update()
+        scales.append(scaler.get_scale())
+    return scales
+
+
+def reference(scale, clean_steps, found_inf, growth_interval):
+    """After one step: the new (scale, clean_steps). Growth ×2, back-off ×0.5, as GradScaler's defaults."""
+    if found_inf:           # a gradient was inf or nan: the step was skipped
+        return scale * 0.5, 0
+    clean_steps += 1
+    if clean_steps == growth_interval:
+        return scale * 2.0, 0
+    return scale, clean_steps
+
+
+def learner_scales(fn, found_inf: list[bool], growth_interval: int) -> list[float]:
+    scale, clean, scales = INIT_SCALE, 0, []
+    for inf in found_inf:
+        out = fn(scale, clean, inf, growth_interval)
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise Unpaired("return the pair (scale, clean_steps)")
+        scale, clean = out
+        scales.append(float(scale))
+    return scales
+
+
+class Unpaired(TypeError):
+    """The learner's function did not return (scale, clean_steps)."""
+
+
+def check_update(fn) -> Outcome:
+    """Your update rule against GradScaler's scale after every step, on five sequences of steps."""
+    if is_stub(fn):
+        return Outcome("not written", NOT_WRITTEN)
+    results = []
+    for name, found_inf, interval, hint in CASES:
+        try:
+            got = learner_scales(fn, found_inf, interval)
+        except NotImplementedError:
+            return Outcome("not written", NOT_WRITTEN)
+        except Unpaired as e:
+            results.append({"case": name, "error": str(e)})
+            break
+        except Exception as e:  # noqa: BLE001 - the learner's error becomes a message, not a traceback
+            results.append({"case": name, "error": where_it_failed(e, fn.__code__.co_filename), "hint": hint})
+            break
+        expected = gradscaler_scales(found_inf, interval)
+        wrong = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), None)
+        if wrong is not None:
+            results.append({"case": name, "error": f"after step {wrong + 1} the scale is 2^{_log2(got[wrong])}, "
+                            f"GradScaler's is 2^{_log2(expected[wrong])}", "hint": hint})
+            break
+        results.append({"case": name, "difference": 0.0})
+    return outcome(results, tol=0.0, what="your scaler update", reference="torch.amp.GradScaler's scale, step by step,")
+
+
+def _log2(x: float) -> str:
+    return f"{math.log2(x):g}" if x > 0 else repr(x)
+
+
+def solution_source() -> str:
+    """The reference as the learner's cell would hold it."""
+    return inspect.getsource(reference).replace("def reference(", "def my_scaler_update(")
+
+
+def show_solution() -> None:
+    """The reference solution, folded (open it once you have tried)."""
+    display(HTML(f"<details><summary>A solution</summary><pre>{html.escape(solution_source())}</pre></details>"))
