@@ -195,17 +195,19 @@ def _where(got, expected, noun: str = "output") -> str:
     return f"expected {_short(expected)}, got {_short(got)}"
 
 
-def outcome(results: Sequence[dict], *, tol: float, what: str, reference: str) -> Outcome:
+def outcome(results: Sequence[dict], *, tol: float, what: str, reference: str, relative: bool = False) -> Outcome:
     """The verdict from per-case results computed elsewhere (e.g. inside ranks): each {"case", "difference",
-    "error", "hint"}; the first case that raised or differs by more than tol fails."""
-    worst = 0.0
+    "error", "hint"}; the first case that raised or differs by more than tol fails. relative: the differences are
+    relative ones (say so)."""
+    worst, kind = 0.0, "relative " * relative
     for r in results:
         hint = f" — hint: {r['hint']}" if r.get("hint") else ""
         if r.get("error"):
             return Outcome("fail", f"case '{r['case']}': {r['error']}{hint}")
         worst = max(worst, r["difference"])
         if not r["difference"] <= tol:
-            return Outcome("fail", f"case '{r['case']}': differs from {reference} by {r['difference']:.1e} "
-                                   f"(allowed {tol:.0e}){hint}", r["difference"])
-    return Outcome("pass", f"{what} matches {reference} on {len(results)} cases (largest difference {worst:.1e})",
-                   worst)
+            by = f"{'a ' * relative}{kind}{r['difference']:.1e}"
+            return Outcome("fail", f"case '{r['case']}': differs from {reference} by {by} (allowed {tol:.0e}){hint}",
+                           r["difference"])
+    return Outcome("pass", f"{what} matches {reference} on {len(results)} cases (largest {kind}difference "
+                           f"{worst:.1e})", worst)

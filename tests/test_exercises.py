@@ -245,3 +245,21 @@ def test_lesson_04_scaler_update_solution_passes_and_forgetting_the_reset_fails_
 
     out = scaler_exercise.check_update(never_grows)
     assert out.status == "fail" and "ten clean steps" in out.message
+
+
+def test_lesson_05_block_bytes_solution_passes_and_miscounting_a_half_fails_with_the_bytes():
+    from lessons.activation_checkpointing import block_exercise
+
+    assert block_exercise.check_bytes(block_exercise.reference).passed
+
+    def keeps_both_halves_inputs_only(b, s, h, policy):  # forgets that the other half keeps all it did
+        return {"none": 16, "attn": 2, "mlp": 2, "block": 1}[policy] * b * s * h * 4
+
+    out = block_exercise.check_bytes(keeps_both_halves_inputs_only)
+    assert out.status == "fail" and "checkpoint attention" in out.message and "autograd kept" in out.message
+
+    def in_elements(b, s, h, policy):  # forgets the 4 bytes per element
+        return {"none": 16, "attn": 11, "mlp": 7, "block": 1}[policy] * b * s * h
+
+    out = block_exercise.check_bytes(in_elements)
+    assert out.status == "fail" and "no checkpointing" in out.message and "4 bytes each" in out.message

@@ -8,7 +8,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from labtools import plots
-from labtools.claims import Ledger, approx, at_most
+from labtools.claims import Findings, Ledger, approx, at_most
 from labtools.progress import progress
 from lessons.activation_checkpointing import Settings, batch, build, label, policies
 
@@ -81,7 +81,7 @@ def overhead_figure(times: dict[str, list[float]]) -> go.Figure:
     return fig
 
 
-def overhead_findings(ledger: Ledger, fl: dict, times: dict[str, list[float]]) -> str:
+def overhead_findings(ledger: Ledger, fl: dict, times: dict[str, list[float]]) -> Findings:
     """The cost, counted (FLOPs: the claims) and timed (seconds: a same-run note, noisy on a shared CPU)."""
     f, ov = fl["flops"], overheads(times)
     extra = f["block"] - f["none"]
@@ -95,19 +95,11 @@ def overhead_findings(ledger: Ledger, fl: dict, times: dict[str, list[float]]) -
     ledger.note("overheads_seconds", ov)
     counted = ", ".join(f"{n} {v / f['none']:.3f}×" for n, v in f.items() if n != "none")
     timed = ", ".join(f"{n} {v['ratio']:.2f}×" for n, v in ov.items() if n != "none")
-    return (f"Counted FLOPs of one forward + backward relative to no checkpointing: {counted}. Per-block "
-            f"checkpointing adds {extra / 1e9:.2f} GFLOP — one forward of every block except its last projection: "
-            "`torch.utils.checkpoint` stops recomputing once every tensor backward needs is back, and the MLP's "
-            "output projection's result is not needed. (FlopCounterMode counts the linear layers here "
-            f"({', '.join(fl['counted_ops'])}); PyTorch registers no formula for the CPU flash-attention kernel, so "
-            "the attention core — 4·b·s²·h = "
-            f"{fl['attention_core_forward'] / 1e6:.0f} MFLOP per layer forward here, beside the block's "
-            f"{fl['block_forward'] / 1e6:.0f} MFLOP of linear layers — is left out on both sides.) "
-            f"Timed in {len(times['none'])} interleaved rounds (seconds, same run, a note rather than a claim): "
-            f"{timed}. The sources' \"+30–40% compute\" is an upper end: one extra forward of every block is "
-            "+33% of the blocks' own compute, the head is not recomputed and the last projection is skipped, so "
-            f"+{100 * (f['block'] / f['none'] - 1):.0f}% here; \"≈ 2×\" is wrong. Our `attn` policy "
-            "recomputes the whole attention sub-block, which is **not** Korthikanti et al.'s *selective* recompute: "
-            "theirs drops only the s×s core-attention tensors (the 5as/h term), which fused attention already never "
-            "stores — so here selective recompute would save nothing and cost nothing, not the sources' \"~40% "
-            "memory for +15–20% compute\".")
+    return Findings([
+        f"FLOPs of one forward + backward, counted, relative to no checkpointing: {counted}.",
+        f"Checkpointing every block added **{extra / 1e9:.2f} GFLOP**, +{100 * (f['block'] / f['none'] - 1):.0f}%: "
+        "one forward of every block except its last projection, whose output backward does not need.",
+        f"Timed in {len(times['none'])} interleaved rounds (a note, not a claim, on a shared CPU): {timed}.",
+        f"The attention core, 4·b·s²·h = {fl['attention_core_forward'] / 1e6:.0f} MFLOP per layer forward, is left "
+        f"out on both sides, beside the block's {fl['block_forward'] / 1e6:.0f} MFLOP of linear layers.",
+    ])

@@ -6,7 +6,7 @@ from plotly.subplots import make_subplots
 
 from labtools import plots
 from labtools.budget import activation_bytes, korthikanti_bytes_per_layer
-from labtools.claims import Ledger, at_least, at_most, between
+from labtools.claims import Findings, Ledger, at_least, at_most, between
 from labtools.device import pick_device
 from labtools.progress import progress
 from lessons.activation_checkpointing import VOCAB, MiB, Settings, measure, policies
@@ -45,13 +45,13 @@ def _policy_traces(fig, results: dict, xs, row=None, col=None, legend=True):
 
 
 def sweep_figure(S: Settings, depth: dict, shapes: dict) -> go.Figure:
-    fig = make_subplots(rows=1, cols=3, subplot_titles=(f"vs depth (T={S.seq_len}, B={S.batch_size})",
-                                                        f"vs sequence length (L=8, B={S.batch_size})",
-                                                        f"vs batch size (L=8, T={S.seq_len})"))
+    fig = make_subplots(rows=1, cols=3, subplot_titles=(f"vs depth (s={S.seq_len}, b={S.batch_size})",
+                                                        f"vs sequence length (L=8, b={S.batch_size})",
+                                                        f"vs batch size (L=8, s={S.seq_len})"))
     _policy_traces(fig, depth, S.layers, 1, 1)
     _policy_traces(fig, shapes["T"], S.seq_lens, 1, 2, legend=False)
     _policy_traces(fig, shapes["B"], S.batch_sizes, 1, 3, legend=False)
-    for col, t in ((1, "layers L"), (2, "sequence length T"), (3, "batch size B")):
+    for col, t in ((1, "layers L"), (2, "sequence length s"), (3, "batch size b")):
         fig.update_xaxes(title_text=t, row=1, col=col)
     fig.update_yaxes(title_text="saved activations (MiB)", row=1, col=1)
     plots.style(fig, height=440)
@@ -88,7 +88,7 @@ def korthikanti_table(S: Settings) -> go.Figure:
                        row_height=36)
 
 
-def depth_findings(ledger: Ledger, S: Settings, depth: dict, shapes: dict) -> str:
+def depth_findings(ledger: Ledger, S: Settings, depth: dict, shapes: dict) -> Findings:
     """The depth and shape sweeps' statistics, computed once: ledger entries and the summary."""
     E = S.batch_size * S.seq_len * S.n_embd * 4
     s_none, s_block = slope(depth, "none"), slope(depth, "block")
@@ -108,9 +108,12 @@ def depth_findings(ledger: Ledger, S: Settings, depth: dict, shapes: dict) -> st
         ledger.add("predicted", "Predicted activation bytes within 10% of measured, every policy, every shape swept "
                    "(GPU kernels; worst relative error)", worst, at_most(0.10), kind="measured")
     ledger.note("slopes_bytes_per_layer", {p: slope(depth, p) for p in ("none", "attn", "mlp", "block")})
-    return (f"Without checkpointing each layer adds {s_none / MiB:.2f} MiB ({s_none / E:.2f} × the block's input "
-            f"tensor); checkpointing every block, {s_block / MiB:.3f} MiB ({s_block / E:.2f} × the input): the memory "
-            "still grows with depth, by exactly the input each block keeps. \"O(1) memory when every layer is "
-            f"checkpointed\" is not what happens: it is O(L) with a {s_none / s_block:.0f}× smaller slope. Memory "
-            "saved by per-block checkpointing: " + ", ".join(f"{r:.1f}× at L = {L}" for L, r in ratios.items())
-            + f". Predicted and measured differ by at most {worst:.2%} over the sweeps.")
+    return Findings([
+        f"Without checkpointing each layer added **{s_none / MiB:.2f} MiB**: {s_none / E:.2f} × the block's input "
+        "tensor, the table's 16 plus the fp32 statistics.",
+        f"Checkpointing every block, each layer added **{s_block / MiB:.3f} MiB**, {s_block / E:.2f} × its input: "
+        f"memory still grows with depth, O(L) with a {s_none / s_block:.0f}× smaller slope, not O(1).",
+        "Memory saved by checkpointing every block: " + ", ".join(f"**{r:.1f}×** at L = {L}" for L, r in
+                                                                   ratios.items()) + ".",
+        f"Predicted and measured bytes differ by at most {worst:.2%} over every policy and shape swept.",
+    ])

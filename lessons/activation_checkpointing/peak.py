@@ -5,7 +5,7 @@ import math
 import plotly.graph_objects as go
 
 from labtools import plots
-from labtools.claims import Ledger, at_least
+from labtools.claims import Findings, Ledger, at_least
 from labtools.memory import peak_bytes, saved_activation_bytes
 from labtools.progress import progress
 from lessons.activation_checkpointing import MiB, Settings, batch, build, label, policies
@@ -32,7 +32,7 @@ def figure(S: Settings, pk: dict) -> go.Figure:
     return fig
 
 
-def findings(ledger: Ledger, S: Settings, pk: dict) -> str:
+def findings(ledger: Ledger, S: Settings, pk: dict) -> Findings:
     L = max(S.layers)
     k = max(1, round(math.sqrt(L)))
     b, s = pk[("block", 1)], pk[("every_k", k)]
@@ -40,8 +40,9 @@ def findings(ledger: Ledger, S: Settings, pk: dict) -> str:
         ledger.add("sqrt_peak", f"√L segments keep less than every block but peak higher (peak of every {k} ÷ peak "
                    "of every block)", s["peak"] / b["peak"], at_least(1.1), kind="measured")
     ledger.note("peaks", {label(p, kk, L): v for (p, kk), v in pk.items()})
-    return (f"At L = {L}, √L segments (every {k} blocks) keep {s['saved'] / MiB:.1f} MiB between forward and backward "
-            f"— less than checkpointing every block ({b['saved'] / MiB:.1f} MiB) — but the step's peak is "
-            f"{s['peak'] / MiB:.1f} MiB against {b['peak'] / MiB:.1f} MiB: backward must recompute a whole segment at "
-            "once. The √L rule (Chen et al. 2016) assumes a layer stores about as much as its checkpointed input; a "
-            "transformer block stores 16 times its input, so here the best segment is a single block.")
+    return Findings([
+        f"At L = {L}, √L segments (every {k} blocks) kept **{s['saved'] / MiB:.1f} MiB** between forward and "
+        f"backward, less than checkpointing every block ({b['saved'] / MiB:.1f} MiB).",
+        f"But the step's peak was **{s['peak'] / MiB:.1f} MiB** against {b['peak'] / MiB:.1f} MiB: backward "
+        "recomputes a whole segment at once.",
+    ])

@@ -25,15 +25,15 @@ def memory_panel(S: Settings) -> Panel:
             go.Bar(x=["predicted", "measured"], y=[0, r["measured"] / MiB], name="measured (saved tensors)",
                    marker_color=plots.color(2)),
         ])
-        plots.style(fig, f"L={n_layer}, T={seq_len}, B={batch_size}, {label(policy, k, n_layer)}: predicted "
+        plots.style(fig, f"L={n_layer}, s={seq_len}, b={batch_size}, {label(policy, k, n_layer)}: predicted "
                            f"{r['predicted'] / MiB:.2f} MiB, measured {r['measured'] / MiB:.2f} MiB", "", "MiB",
                       barmode="stack")
         return fig
 
     controls = {
         "n_layer": slider(8, 1, 24, description="layers L", continuous=False),
-        "seq_len": slider(S.seq_len, 16, 512, 16, description="sequence T", continuous=False),
-        "batch_size": slider(S.batch_size, 1, 32, description="batch B", continuous=False),
+        "seq_len": slider(S.seq_len, 16, 512, 16, description="sequence s", continuous=False),
+        "batch_size": slider(S.batch_size, 1, 32, description="batch b", continuous=False),
         "policy": W.Dropdown(options=["none", "attn", "mlp", "block", "every_k"], value="block", description="policy"),
     }
     return Panel(draw, controls, title="Predicted and measured activation memory")
