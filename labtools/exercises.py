@@ -134,11 +134,11 @@ def _short(x) -> str:
 
 
 def check(fn: Callable, reference: Callable, cases: Sequence[Case], *, tol: float = 1e-6, relative: bool = False,
-          in_place: bool = False, what: str = "your function") -> Outcome:
+          in_place: bool = False, what: str = "your function", against: str = "the reference") -> Outcome:
     """Run fn and the reference on every case (each on its own copy of the arguments) and compare: the return
     values, or the arguments after the call when the reference returns None (an in-place function); in_place: the
     return value and the arguments after the call, both. relative: the difference is divided by the largest
-    magnitude in the reference's result (at least 1)."""
+    magnitude in the reference's result (at least 1). against: what the pass message names the reference."""
     if is_stub(fn):
         return Outcome("not written", NOT_WRITTEN)
     worst = 0.0
@@ -164,7 +164,7 @@ def check(fn: Callable, reference: Callable, cases: Sequence[Case], *, tol: floa
                 where = f"{label} — {_where(g, e, noun)}" if label else _where(g, e, noun)
                 return Outcome("fail", f"case '{case.name}': {where} (largest {'relative ' * relative}"
                                        f"difference {d:.1e}, allowed {tol:.0e}){hint}", d)
-    return Outcome("pass", f"{what} matches the reference on {len(cases)} cases (largest "
+    return Outcome("pass", f"{what} matches {against} on {len(cases)} cases (largest "
                            f"{'relative ' * relative}difference {worst:.1e})", worst)
 
 

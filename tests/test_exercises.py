@@ -263,3 +263,23 @@ def test_lesson_05_block_bytes_solution_passes_and_miscounting_a_half_fails_with
 
     out = block_exercise.check_bytes(in_elements)
     assert out.status == "fail" and "no checkpointing" in out.message and "4 bytes each" in out.message
+
+
+def test_lesson_06_zero_solution_passes_and_forgetting_the_master_copy_fails_on_stage_0():
+    from lessons.memory_budget import zero_exercise
+
+    assert zero_exercise.check_zero(zero_exercise.reference).passed
+
+    def no_master_copy(stage, N):  # the widely repeated 12 bytes per parameter
+        weights, grads, states = 2, 2, 8
+        return (weights / N if stage >= 3 else weights) + (grads / N if stage >= 2 else grads) + \
+            (states / N if stage >= 1 else states)
+
+    out = zero_exercise.check_zero(no_master_copy)
+    assert out.status == "fail" and "no ZeRO, 8 GPUs" in out.message and "expected 16.0, got 12" in out.message
+
+    def stage_1_shards_everything(stage, N):
+        return 16 / N if stage else 16
+
+    out = zero_exercise.check_zero(stage_1_shards_everything)
+    assert out.status == "fail" and "ZeRO-1, 8 GPUs" in out.message and "master copy" in out.message

@@ -34,7 +34,8 @@ def reference(step, warmup, total, min_ratio):
 
 def check_schedule(fn) -> Outcome:
     """Your schedule against labtools.schedules.warmup_cosine at seven steps, the edges included."""
-    return check(fn, _reference, CASES, tol=1e-9, what="your warm-up + cosine schedule")
+    return check(fn, _reference, CASES, tol=1e-9, what="your warm-up + cosine schedule",
+                 against="labtools.schedules.warmup_cosine")
 
 
 def solution_source() -> str:

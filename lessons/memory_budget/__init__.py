@@ -6,7 +6,7 @@ The settings of notebooks/06_memory_budget.ipynb. One module per section:
     tables.py         published tables reproduced (7B, 70B, ZeRO, conventions)
     source_claims.py  statements from outside the lab, settled
     validation.py     the estimate against real small models
-    exercises.py      your turn
+    zero_exercise.py  your turn: bytes per parameter under a ZeRO stage
 """
 
 from dataclasses import dataclass

@@ -4,7 +4,6 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from labtools import plots
-from labtools.claims import Ledger
 from labtools.plan import MODELS
 from labtools.widgets import Panel
 from lessons.memory_budget import GB, budget
@@ -50,8 +49,3 @@ def panel() -> Panel:
         "gpu_gb": W.Dropdown(options=[24, 40, 80, 141], value=80, description="GPU GB"),
     }
     return Panel(budget_figure, controls, debounce_ms=0, title="Memory budget per GPU")
-
-
-def findings(ledger: Ledger, redraw_ms: float) -> str:
-    ledger.note("calculator_redraw_ms", redraw_ms)
-    return f"Redraw time, measured here (kernel side, median): {redraw_ms:.0f} ms."

@@ -4,7 +4,7 @@ import plotly.graph_objects as go
 
 from labtools import plots
 from labtools.budget import estimate
-from labtools.claims import Ledger, approx, at_least, at_most
+from labtools.claims import Findings, Ledger, approx, at_least, at_most
 from lessons.memory_budget import GB
 
 
@@ -27,7 +27,7 @@ def figure(c: dict) -> go.Figure:
                        rows, title="CPU offload of the optimizer: how much GPU memory it saves depends on the sharding")
 
 
-def findings(ledger: Ledger, c: dict) -> str:
+def findings(ledger: Ledger, c: dict) -> Findings:
     mixed, fp32 = c["mixed"], c["fp32"]
     without_master = mixed.bytes_per_param() * (1 - mixed.parts["master weights"] / mixed.model_states)
     ledger.add("articles_12_bytes", "'bf16 weights + fp32 optimizer = 12 bytes/param, 0.75× of fp32' leaves out the "
@@ -52,21 +52,15 @@ def findings(ledger: Ledger, c: dict) -> str:
     ledger.add("articles_offload_zero2", "… but once ZeRO has sharded that state, offloading it saves far less "
                "(ZeRO-2 on 8 GPUs, ratio)", saved["ZeRO-2"], at_most(2.0), kind="computed")
     ledger.note("offload_saved", saved)
-    return ("Four widely repeated statements, settled by the same `estimate()`:\n\n"
-            f"* **\"12 bytes/param, 0.75×\"**: bf16 weights (2) + bf16 gradients (2) + fp32 m and v (8) = "
-            f"{without_master:.0f} — but mixed precision also keeps an fp32 master copy (4), so the total is "
-            f"{mixed.bytes_per_param():.0f} bytes/param, exactly fp32 + Adam's {fp32.bytes_per_param():.0f} (ratio "
-            f"{mixed.model_states / fp32.model_states:.2f}, not 0.75). Mixed precision saves activations and time, "
-            "not model states.\n"
-            f"* **7B = 14 + 14 + 84 + 16 GB** (another widely repeated figure) is right: master + m + v come to "
-            f"{fp32_states:.0f} GB (computed), 12 bytes/param *including* the master copy — the two statements count "
-            "the same thing differently.\n"
-            f"* **\"70B would need 32+ GPUs with ZeRO-1\"**: ZeRO-1 shards only the optimizer state and master "
-            f"copy; the bf16 weights and gradients (4 bytes/param = 280 GB) stay whole on every GPU. Per GPU: "
-            + ", ".join(f"N = {n}: {v / GB:,.0f} GB" for n, v in z1.items())
-            + " — it never drops under 80 GB. 70B needs ZeRO-3/FSDP (or TP/PP), not more ZeRO-1 GPUs.\n"
-            "* **\"CPU offloading: 4–8× less GPU memory\"**: offloading the optimizer state and master copy saves "
-            + ", ".join(f"{k} {v:.2f}×" for k, v in saved.items())
-            + " on 8 GPUs (table). 4× is the unsharded (or fully sharded) case; 8× needs the gradients offloaded too; "
-            "with ZeRO-1/2 the offloaded state was already divided by N. The \"20–50% overhead\" is a time claim "
-            "about PCIe transfers and a CPU Adam step: it needs a GPU to measure and is not measured here.")
+    return Findings([
+        f"**\"12 bytes/param, 0.75×\"**: bf16 weights, bf16 gradients and fp32 m and v make {without_master:.0f}. "
+        f"Mixed precision also keeps an fp32 master copy (4): {mixed.bytes_per_param():.0f} bytes/param, "
+        f"**{mixed.model_states / fp32.model_states:.2f}×** fp32 + Adam's, not 0.75×.",
+        f"**\"7B = 14 + 14 + 84 + 16 GB\"** is right: master + m + v come to {fp32_states:.0f} GB, 12 bytes/param "
+        "*with* the master copy. The two statements count the same bytes differently.",
+        "**\"70B needs 32+ GPUs with ZeRO-1\"**: ZeRO-1 leaves the bf16 weights and gradients (280 GB) whole on every "
+        "GPU. Per GPU: " + ", ".join(f"N = {n}: {v / GB:,.0f} GB" for n, v in z1.items()) + ", never under 80.",
+        "**\"CPU offloading: 4–8× less GPU memory\"**: offloading optimizer state and master copy saves "
+        + ", ".join(f"{k} {v:.2f}×" for k, v in saved.items()) + " on 8 GPUs. Under ZeRO-1 and 2 that state is "
+        "already sharded, small beside the whole weights and gradients.",
+    ])

@@ -4,7 +4,7 @@ import plotly.graph_objects as go
 
 from labtools import plots
 from labtools.budget import estimate
-from labtools.claims import Ledger, approx, at_most, is_true
+from labtools.claims import Findings, Ledger, approx, at_most, is_true
 from lessons.memory_budget import GB
 from lessons.memory_budget.calculator import PART_ORDER
 
@@ -24,14 +24,14 @@ def table_7b() -> tuple[go.Figure, dict]:
     return plots.table(HEADER, [_row(k, v) for k, v in rows.items()], title="7B parameters, one GPU"), rows
 
 
-def table_7b_findings(ledger: Ledger, rows: dict) -> str:
+def table_7b_findings(ledger: Ledger, rows: dict) -> Findings:
     fp32, mixed = rows["fp32 + Adam"].total / GB, rows["bf16 mixed + AdamW"].total / GB
     ledger.add("7b_fp32", "7B, fp32 + Adam: 16 bytes/param = 112 GB (computed)", fp32, approx(112, abs=1e-9),
                source="a widely repeated table", kind="computed")
     ledger.add("7b_mixed", "7B, bf16 mixed + AdamW: also 16 bytes/param = 112 GB (mixed precision saves activations "
                "and time, not model states; computed)", mixed, approx(112, abs=1e-9), source="a widely repeated table",
                kind="computed")
-    return f"Computed: fp32 + Adam {fp32:.0f} GB, bf16 mixed + AdamW {mixed:.0f} GB."
+    return Findings([f"fp32 + Adam: **{fp32:.0f} GB**; bf16 mixed + AdamW: **{mixed:.0f} GB** (computed)."])
 
 
 def table_70b() -> tuple[go.Figure, dict]:
@@ -40,7 +40,7 @@ def table_70b() -> tuple[go.Figure, dict]:
     return plots.table(HEADER, [_row(k, v) for k, v in rows.items()], title="70B, bf16 mixed + AdamW, per GPU"), rows
 
 
-def table_70b_findings(ledger: Ledger, rows: dict) -> str:
+def table_70b_findings(ledger: Ledger, rows: dict) -> Findings:
     ddp, fsdp = rows["DDP on 8 GPUs"].total / GB, rows["FSDP FULL_SHARD on 8 GPUs"].total / GB
     ledger.add("70b_fsdp", "70B, FULL_SHARD on 8 GPUs: 140 GB per GPU of model states (computed)", fsdp,
                approx(140, abs=1e-9), source="a widely repeated table", kind="computed")
@@ -48,7 +48,8 @@ def table_70b_findings(ledger: Ledger, rows: dict) -> str:
                kind="computed")
     ledger.add("70b_fits", "… and even sharded, 140 GB does not fit an 80 GB GPU (computed)", fsdp > 80, is_true(),
                source="widely repeated tables state 140 GB/GPU without saying this", kind="computed")
-    return f"Computed: DDP {ddp:,.0f} GB per GPU, FULL_SHARD {fsdp:,.0f} GB per GPU."
+    return Findings([f"DDP: **{ddp:,.0f} GB** per GPU; FULL_SHARD: **{fsdp:,.0f} GB** per GPU, more than an 80 GB GPU "
+                     "holds before a single activation (computed)."])
 
 
 def table_zero(n_params: int = 7_500_000_000, dp: int = 64) -> tuple[go.Figure, dict]:
@@ -67,7 +68,7 @@ def zero_reductions(dp: int) -> list[float]:
     return [base / estimate(10**9, zero_stage=z, dp=dp).total for z in (1, 2, 3)]
 
 
-def table_zero_findings(ledger: Ledger, rows: dict) -> str:
+def table_zero_findings(ledger: Ledger, rows: dict) -> Findings:
     at8, at4096 = zero_reductions(8), zero_reductions(4096)
     for z, want in zip(range(4), (120.0, 31.4, 16.6, 1.9)):
         ledger.add(f"zero_{z}", f"ZeRO paper, Ψ = 7.5B, N = 64: stage {z} = {want} GB per GPU (computed)",
@@ -77,7 +78,9 @@ def table_zero_findings(ledger: Ledger, rows: dict) -> str:
                at8[0], approx(16 / 5.5, rel=1e-9), source="widely repeated: 4× / 8× / N×", kind="computed")
     ledger.add("zero_limits", "… and stages 1 and 2 approach 4× and 8× as N grows (N = 4096; computed)",
                max(abs(at4096[0] - 4) / 4, abs(at4096[1] - 8) / 8), at_most(0.01), kind="computed")
-    return "Reductions at N = 8 (stages 1, 2, 3): " + ", ".join(f"{r:.2f}×" for r in at8) + "."
+    return Findings([f"Reductions at N = 8: stage 1 **{at8[0]:.2f}×**, stage 2 **{at8[1]:.2f}×**, stage 3 "
+                     f"{at8[2]:.2f}× (computed). Stages 1 and 2 are far from their 4× and 8× at small N; stage 3 "
+                     "is N×."])
 
 
 def table_conventions() -> tuple[go.Figure, dict]:
@@ -96,7 +99,7 @@ def table_conventions() -> tuple[go.Figure, dict]:
     return fig, budgets
 
 
-def conventions_findings(ledger: Ledger, budgets: dict) -> str:
+def conventions_findings(ledger: Ledger, budgets: dict) -> Findings:
     per_param = [budgets[k].bytes_per_param() for k in ("16", "18", "20")]
     gib = budgets["16"].total / 2**30
     ledger.add("conventions", "16 / 18 / 20 bytes per parameter are three gradient conventions of the same "
@@ -104,4 +107,5 @@ def conventions_findings(ledger: Ledger, budgets: dict) -> str:
                source="widely repeated figures disagree", kind="computed")
     ledger.add("gib", "112 GB is 104.3 GiB (some tables mix the two; computed)", gib, approx(104.3, abs=0.05),
                kind="computed")
-    return f"Computed: {', '.join(f'{b:.0f}' for b in per_param)} bytes/param; 7B at 16 bytes/param = {gib:.1f} GiB."
+    return Findings([f"{', '.join(f'{b:.0f}' for b in per_param)} bytes/param, one per gradient convention; 7B at "
+                     f"16 bytes/param is 112 GB = **{gib:.1f} GiB** (computed)."])

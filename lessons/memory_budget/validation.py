@@ -6,7 +6,7 @@ import torch
 from labtools import optim as O
 from labtools import plots
 from labtools.budget import architecture, estimate
-from labtools.claims import Ledger, at_most, is_true
+from labtools.claims import Findings, Ledger, at_most, is_true
 from labtools.config import LabConfig, build_gpt
 from labtools.device import pick_device
 from labtools.memory import cuda_peak_bytes, model_state_bytes, saved_activation_bytes
@@ -67,7 +67,7 @@ def figure(states: list[dict], acts: list[dict]) -> go.Figure:
                        title="Prediction vs measurement on real models (fp32)")
 
 
-def findings(ledger: Ledger, states: list[dict], acts: list[dict]) -> str:
+def findings(ledger: Ledger, states: list[dict], acts: list[dict]) -> Findings:
     exact = sum(r["measured"] == r["predicted"] for r in states)
     worst = max(abs(r["predicted"] - r["measured"]) / r["measured"] for r in acts)
     ledger.add("states_exact", f"Predicted parameter, gradient and optimizer bytes equal measured, exactly "
@@ -80,5 +80,7 @@ def findings(ledger: Ledger, states: list[dict], acts: list[dict]) -> str:
     else:  # GPU attention kernels keep their own extra statistics
         ledger.add("acts_10pct", "Predicted activation bytes within 10% of measured (GPU kernels; worst)", worst,
                    at_most(0.10), kind="measured")
-    return (f"Model states: {exact} of {len(states)} model × optimizer pairs predicted to the byte. Activations: "
-            f"worst gap {worst:.2%} over {len(acts)} shapes.")
+    return Findings([
+        f"Model states: **{exact} of {len(states)}** model × optimizer pairs predicted to the byte.",
+        f"Activations: the worst gap between predicted and measured is **{worst:.2%}** over {len(acts)} shapes.",
+    ])

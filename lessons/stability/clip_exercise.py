@@ -44,7 +44,8 @@ def check_clipping(fn, gpt_grads: list[torch.Tensor]) -> Outcome:
     """Your clipping against torch's on six cases (edges included, and the GPT's real gradients): the gradients
     after the call and the norm returned."""
     return check(fn, torch_clip, cases(gpt_grads), tol=1e-5, relative=True, in_place=True,
-                 what="your clipping (gradients and norm)")
+                 what="your clipping (gradients and norm)",
+                 against="torch.nn.utils.clip_grad_norm_")
 
 
 def solution_source() -> str:

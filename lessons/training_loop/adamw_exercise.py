@@ -53,7 +53,8 @@ def cases() -> list[Case]:
 
 def check_step(fn) -> Outcome:
     """Your step against torch.optim.AdamW on four states (first step, later steps, weight decay, extremes)."""
-    return check(fn, torch_adamw_step, cases(), tol=1e-5, relative=True, what="your AdamW step")
+    return check(fn, torch_adamw_step, cases(), tol=1e-5, relative=True, what="your AdamW step",
+                 against="torch.optim.AdamW")
 
 
 def solution_source() -> str:
