@@ -283,3 +283,41 @@ def test_lesson_06_zero_solution_passes_and_forgetting_the_master_copy_fails_on_
 
     out = zero_exercise.check_zero(stage_1_shards_everything)
     assert out.status == "fail" and "ZeRO-1, 8 GPUs" in out.message and "master copy" in out.message
+
+
+def _shard_like(sizes, worlds=(2, 4)):
+    """Section 1's results as the exercise reads them, with the rule's partitions (the notebook's ledger holds
+    ZeroRedundancyOptimizer's own partition equal to the rule on every run: claim z1_greedy)."""
+    from lessons.fsdp_zero import Strategy
+    from lessons.fsdp_zero.partition_exercise import reference
+    return {w: [{Strategy.ZERO1: {"sizes": sizes, "partition": part}} for part in reference(sizes, w)]
+            for w in worlds}
+
+
+def test_lesson_08_partition_solution_passes_and_round_robin_or_unsorted_fails_naming_the_rank():
+    from lessons.fsdp_zero import partition_exercise
+
+    shard = _shard_like([4096, 64, 64, 16384, 16384, 64, 4096, 65536, 256])
+    assert partition_exercise.check_partition(partition_exercise.reference, shard).passed
+
+    def round_robin(sizes, N):
+        return [list(range(r, len(sizes), N)) for r in range(N)]
+
+    out = partition_exercise.check_partition(round_robin, shard)
+    assert out.status == "fail" and "on 2 ranks" in out.message and "rank 0 should hold" in out.message
+    assert "largest parameters first" in out.message
+
+    def unsorted_greedy(sizes, N):  # the least-loaded rank, but in the parameters' own order
+        held, ranks = [0] * N, [[] for _ in range(N)]
+        for i, s in enumerate(sizes):
+            r = held.index(min(held))
+            ranks[r].append(i)
+            held[r] += s
+        return ranks
+
+    assert partition_exercise.check_partition(unsorted_greedy, shard).status == "fail"
+
+    def my_zero1_partition(sizes, N):
+        raise NotImplementedError
+
+    assert partition_exercise.check_partition(my_zero1_partition, shard).message == NOT_WRITTEN

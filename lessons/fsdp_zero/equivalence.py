@@ -3,7 +3,7 @@
 import plotly.graph_objects as go
 
 from labtools import plots
-from labtools.claims import Ledger, at_most
+from labtools.claims import Findings, Ledger, at_most
 from labtools.parallel import launch
 from lessons.fsdp_zero import TIMEOUT_S, Settings, ranks
 
@@ -20,7 +20,7 @@ def figure(eq: list[dict]) -> go.Figure:
     return plots.style(fig, "Training loss: FSDP vs DDP on the same data", "step", "loss")
 
 
-def findings(ledger: Ledger, eq: list[dict]) -> str:
+def findings(ledger: Ledger, eq: list[dict]) -> Findings:
     r0 = eq[0]
     grads = {name: max(r[name]["grad_max_diff"] for r in eq) for name in ("DDP", "FSDP")}
     curve = max(abs(a - b) for a, b in zip(r0["FSDP"]["losses"], r0["DDP"]["losses"]))
@@ -29,5 +29,8 @@ def findings(ledger: Ledger, eq: list[dict]) -> str:
                grads["FSDP"], at_most(1e-6), kind="measured")
     ledger.add("fsdp_curve", f"FSDP and DDP loss curves agree over {steps} steps (max |Δ loss|)", curve, at_most(0.01),
                kind="measured")
-    return (f"First-step gradients against one process on the whole batch: DDP {grads['DDP']:.1e}, FSDP "
-            f"{grads['FSDP']:.1e}. Over {steps} steps the two loss curves differ by at most {curve:.1e}.")
+    return Findings([
+        f"First-step gradients against one process on the whole batch: DDP **{grads['DDP']:.1e}**, FSDP "
+        f"**{grads['FSDP']:.1e}**.",
+        f"Over {steps} steps the two loss curves differ by at most **{curve:.1e}**.",
+    ])

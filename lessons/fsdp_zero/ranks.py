@@ -69,6 +69,10 @@ def sharding(job: Settings) -> dict:
                          "optimizer": _optimizer_bytes(opt), "calls": calls, "input_bytes": sent,
                          "n_params": n_params, "largest_param": largest,
                          "wire_bytes": wire.bytes}
+        if isinstance(opt, ZeroRedundancyOptimizer):  # which parameters this rank's partition holds (by index)
+            index = {id(p): i for i, p in enumerate(owner.parameters())}
+            out[strategy]["partition"] = sorted(index[id(p)] for g in opt.optim.param_groups for p in g["params"])
+            out[strategy]["sizes"] = [p.numel() for p in owner.parameters()]
         report_progress(i + 1, len(STRATEGIES), strategy.short)
     return out
 

@@ -3,9 +3,10 @@
 import plotly.graph_objects as go
 
 from labtools import plots
-from labtools.claims import Ledger, approx, at_most, is_true
+from labtools.claims import Findings, Ledger, approx, at_most, is_true
 from labtools.parallel import launch
 from lessons.fsdp_zero import STRATEGIES, TIMEOUT_S, Settings, Strategy, predicted, ranks
+from lessons.fsdp_zero.partition_exercise import reference as greedy_partition  # ZeRO-1's rule, as taught
 
 
 def run(S: Settings, world: int) -> list[dict]:
@@ -46,8 +47,8 @@ def prediction_table(results: dict[int, list[dict]]) -> go.Figure:
                        row_height=34)
 
 
-def findings(ledger: Ledger, shard: dict[int, list[dict]]) -> str:
-    parts = []
+def findings(ledger: Ledger, shard: dict[int, list[dict]]) -> Findings:
+    bullets = []
     for w, res in shard.items():
         z3 = [r[Strategy.ZERO3] for r in res]
         n = z3[0]["n_params"]
@@ -74,13 +75,15 @@ def findings(ledger: Ledger, shard: dict[int, list[dict]]) -> str:
                    "share| ÷ the largest parameter's AdamW state, measured)",
                    max(abs(r["optimizer"] - even) for r in z1) / (8 * z1[0]["largest_param"]), at_most(1.0),
                    kind="measured")
+        ledger.add(f"z1_greedy_{w}", f"ZeroRedundancyOptimizer's partition is the rule the exercise teaches: largest "
+                   f"parameter first, to the least-loaded rank ({w} ranks; the partitions made, equal)",
+                   [r["partition"] for r in z1] == greedy_partition(z1[0]["sizes"], w), is_true(), kind="measured")
         d, r0z3 = res[0][Strategy.DDP], z3[0]
-        parts.append(f"With {w} ranks, rank 0 holds {r0z3['params'] / d['params']:.3f} of the parameters, "
-                     f"{r0z3['grads'] / d['grads']:.3f} of the gradients and {r0z3['optimizer'] / d['optimizer']:.3f} "
-                     f"of the optimizer state that DDP holds (1/N = {1 / w:.3f}). ZeRO-1's optimizer partitions are "
-                     f"{', '.join(f'{x:.3f}' for x in shares)} × the even share: ZeroRedundancyOptimizer assigns "
-                     "whole parameters to ranks (largest first, to the least-loaded rank), so the split is only as "
-                     "even as the parameters' sizes allow; FSDP2 splits every parameter itself, hence its exact 1/N.")
+        bullets.append(f"**{w} ranks**, fully_shard: rank 0 holds {r0z3['params'] / d['params']:.3f} of DDP's "
+                       f"parameters, {r0z3['grads'] / d['grads']:.3f} of its gradients and "
+                       f"{r0z3['optimizer'] / d['optimizer']:.3f} of its optimizer state; 1/N = {1 / w:.3f}.")
+        bullets.append(f"**{w} ranks**, ZeRO-1: the optimizer partitions are {', '.join(f'{x:.3f}' for x in shares)} "
+                       "× the even share, because ZeroRedundancyOptimizer gives each rank whole parameters.")
     w0 = min(shard)
     r0 = shard[w0][0]
     z2, z3, mp = r0[Strategy.ZERO2], r0[Strategy.ZERO3], r0[Strategy.ZERO3_BF16]
@@ -89,9 +92,11 @@ def findings(ledger: Ledger, shard: dict[int, list[dict]]) -> str:
                kind="measured")
     ledger.add("reshard_z3", "With it, only the shard (held ÷ model bytes × N)",
                z3["held_after_forward"] / (4 * z3["n_params"]) * w0, approx(1.0, rel=0.05), kind="measured")
-    parts.append(f"Between forward and backward, resharding keeps {z3['held_after_forward']:,} bytes of parameters, "
-                 f"not resharding {z2['held_after_forward']:,} (the whole model, unsharded, until backward). With bf16 "
-                 f"parameters the all-gathers carry {mp['input_bytes'].get('all_gather_single', 0):,} bytes instead of "
-                 f"{z3['input_bytes'].get('all_gather_single', 0):,}; the stored shards, gradients and optimizer state "
-                 f"stay fp32 ({mp['params']:,} bytes of parameters) and gradients are reduced in fp32.")
-    return " ".join(parts)
+    bullets += [
+        f"Between forward and backward, ZeRO-3 (resharding) kept **{z3['held_after_forward']:,}** bytes of "
+        f"parameters; ZeRO-2 kept **{z2['held_after_forward']:,}**, the whole model.",
+        f"With bf16 parameters the all-gathers carried {mp['input_bytes'].get('all_gather_single', 0):,} bytes "
+        f"instead of {z3['input_bytes'].get('all_gather_single', 0):,}; the stored shards stay fp32 "
+        f"({mp['params']:,} bytes).",
+    ]
+    return Findings(bullets)

@@ -3,7 +3,7 @@
 import plotly.graph_objects as go
 
 from labtools import plots
-from labtools.claims import Ledger, approx, at_most, is_true
+from labtools.claims import Findings, Ledger, approx, at_most, is_true
 from lessons.fsdp_zero import STRATEGIES, Strategy
 
 
@@ -48,7 +48,7 @@ def figure(shard: dict[int, list[dict]]) -> go.Figure:
     return fig
 
 
-def findings(ledger: Ledger, shard: dict[int, list[dict]]) -> str:
+def findings(ledger: Ledger, shard: dict[int, list[dict]]) -> Findings:
     w, ratios = traffic_ratios(shard)
     rw = shard[w][0]
     z3, mp = rw[Strategy.ZERO3], rw[Strategy.ZERO3_BF16]
@@ -68,17 +68,16 @@ def findings(ledger: Ledger, shard: dict[int, list[dict]]) -> str:
                is_true(), kind="counted")
     ledger.note("traffic_x_ddp", ratios)
     calls = z3["calls"]
-    text = (f"Per step, DDP all-reduces every gradient once: 2(N−1)/N · M bytes sent per rank. ZeRO-3 all-gathers the "
-            "parameters in forward, again in backward (they were freed), and reduce-scatters the gradients — "
-            f"{calls.get('all_gather_single', 0)} all-gathers and {calls.get('reduce_scatter_single', 0)} "
-            "reduce-scatters here, one per unit each time — for 3(N−1)/N · M under ring collectives: predicted "
-            f"{ratios[Z3]['ring']:.2f}× DDP. Not resharding saves the backward all-gather: {ratios[Z2]['ring']:.2f}×. "
-            "PyTorch's ZeRO-1 (ZeroRedundancyOptimizer) keeps DDP's all-reduce and adds a broadcast of each updated "
-            f"partition from its owner: {ratios[Z1]['ring']:.2f}× (the ZeRO paper's own stage 1 reduce-scatters "
-            "instead, for 1×).")
+    bullets = [
+        f"ZeRO-3 called {calls.get('all_gather_single', 0)} all-gathers and {calls.get('reduce_scatter_single', 0)} "
+        "reduce-scatters per step: one per unit in forward, again in backward, then one per unit for the gradients.",
+        f"Under ring collectives that predicts **{ratios[Z3]['ring']:.2f}×** DDP's bytes for ZeRO-3, "
+        f"{ratios[Z2]['ring']:.2f}× for ZeRO-2 (no backward all-gather) and {ratios[Z1]['ring']:.2f}× for "
+        "ZeroRedundancyOptimizer (DDP's all-reduce plus a broadcast).",
+    ]
     if ratios[Z3]["wire"] is None:
         ledger.note("wire", "not measurable: NCCL traffic does not cross the loopback interface")
-        return text + " (Bytes on the wire are measured only for gloo ranks on one machine.)"
+        return Findings(bullets + ["Bytes on the wire are measured only for gloo ranks on one machine."])
     for world in sorted(shard):
         _, r = traffic_ratios(shard, world)
         ledger.add(f"wire_ddp_{world}", f"DDP's bytes on the wire ÷ the ring prediction ({world} ranks; measured on "
@@ -91,11 +90,10 @@ def findings(ledger: Ledger, shard: dict[int, list[dict]]) -> str:
         ledger.add(f"wire_gloo_{world}", f"Every strategy's wire bytes match the prediction once gloo's reduce-scatter "
                    f"is costed as an all-reduce ({world} ranks; worst |measured ÷ predicted − 1|)",
                    max(abs(x["wire_vs_gloo"] - 1) for x in r.values()), at_most(0.05), kind="measured")
-    return text + (
-        f" **On the wire it is different.** Read off the loopback interface around the same step ({w} gloo ranks on "
-        f"this machine), ZeRO-3 sent {ratios[Z3]['wire']:.2f}× DDP's bytes and ZeRO-2 {ratios[Z2]['wire']:.2f}×: "
-        "gloo's reduce-scatter sends as much as its all-reduce (lesson 10 measured it alone: 1.99× an all-gather), "
-        "so on gloo sharding gradients costs twice a ring's reduce-scatter. Costing it that way predicts every "
-        f"strategy to within {100 * max(abs(x['wire_vs_gloo'] - 1) for x in ratios.values()):.1f}% "
-        "(headers included). The 1.5× is what NCCL's ring reduce-scatter gives on GPUs — a prediction, not measured "
-        "here.")
+    worst = 100 * max(abs(x["wire_vs_gloo"] - 1) for x in ratios.values())
+    return Findings(bullets + [
+        f"**On the wire** ({w} gloo ranks, loopback), ZeRO-3 sent **{ratios[Z3]['wire']:.2f}×** DDP's bytes and "
+        f"ZeRO-2 {ratios[Z2]['wire']:.2f}×: gloo's reduce-scatter sends as much as its all-reduce.",
+        f"Costing gloo's reduce-scatter as an all-reduce predicts every strategy's wire bytes to within "
+        f"{worst:.1f}%, headers included.",
+    ])
