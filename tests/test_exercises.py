@@ -321,3 +321,47 @@ def test_lesson_08_partition_solution_passes_and_round_robin_or_unsorted_fails_n
         raise NotImplementedError
 
     assert partition_exercise.check_partition(my_zero1_partition, shard).message == NOT_WRITTEN
+
+
+def _timed_1f1b(worlds=(2, 4), ms=(4, 8)):
+    """Section 3's launches as the exercise reads them, with the rule's order as the timed actions (the notebook's
+    ledger holds torch's Schedule1F1B to the same order on every run: claim torch_1f1b_order)."""
+    from lessons.pipeline_parallel.order_exercise import rule_orders
+    out = {}
+    for p in worlds:
+        runs = []
+        for m in ms:
+            intervals = [{"row": r, "kind": "forward" if k == "F" else "backward", "mb": i}
+                         for r, order in enumerate(rule_orders(p, m)) for k, i in order]
+            runs.append({"schedule": "1f1b", "m": m, "intervals": intervals})
+        out[p] = {"ranks": [{"timelines": runs}]}
+    return out
+
+
+def test_lesson_09_order_solution_passes_and_gpipe_or_no_clamp_fails_naming_rank_and_action():
+    from lessons.pipeline_parallel import order_exercise
+
+    results = _timed_1f1b()
+    assert order_exercise.check_order(order_exercise.reference, results).passed
+
+    def gpipe(r, p, m):
+        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+
+    out = order_exercise.check_order(gpipe, results)
+    assert out.status == "fail" and "p = 2, m = 4 (torch's run), rank 0" in out.message
+    assert "action 3 should be ('B', 0)" in out.message and "min(m, p − r)" in out.message
+
+    def warmup_then_f_b(r, p, m):  # the same order written with one forward fewer, then forward-backward pairs
+        w = min(m, p - r) - 1
+        order = [("F", i) for i in range(w)]
+        for i in range(m - w):
+            order += [("F", w + i), ("B", i)]
+        return order + [("B", i) for i in range(m - w, m)]
+
+    assert order_exercise.check_order(warmup_then_f_b, results).passed
+
+    def no_clamp(r, p, m):  # forgets that m can be smaller than p − r
+        return [("F", i) for i in range(p - r)] + [("B", i) for i in range(m)]
+
+    out = order_exercise.check_order(no_clamp, results)
+    assert out.status == "fail" and "rank" in out.message

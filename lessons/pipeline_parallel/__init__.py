@@ -19,7 +19,7 @@ from labtools.pipeline import SCHEDULES
 CURVE_WINDOW = 40  # steps over which training curves are held equal (AdamW amplifies last-bit differences)
 
 
-ARTICLE_EFFICIENCY = 0.789  # "4 stages, 16 micro-batches: η = (16−1)/(16+4−1) = 78.9%" (a widely repeated calculation)
+QUOTED_EFFICIENCY = 0.789  # "4 stages, 16 micro-batches: η = (16−1)/(16+4−1) = 78.9%" (a widely repeated calculation)
 
 
 @dataclass(frozen=True, kw_only=True)

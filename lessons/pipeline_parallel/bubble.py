@@ -3,10 +3,11 @@
 import plotly.graph_objects as go
 
 from labtools import plots
-from labtools.claims import Ledger, approx, at_most
+from labtools.claims import Findings, Ledger, approx, at_most, is_true
 from labtools.pipeline import SCHEDULES, Schedule, decompose, idle_per_row
 from labtools.plan import bubble_fraction, pipeline_efficiency
-from lessons.pipeline_parallel import ARTICLE_EFFICIENCY, Settings
+from lessons.pipeline_parallel import QUOTED_EFFICIENCY, Settings
+from lessons.pipeline_parallel.order_exercise import rule_orders, torch_orders
 
 
 def measured(results: dict[int, dict], real: bool = False) -> dict[tuple[int, Schedule, int], list[dict]]:
@@ -58,7 +59,7 @@ def figure(runs: dict[tuple, list[dict]], v: int, title: str) -> go.Figure:
     return fig
 
 
-def findings(ledger: Ledger, S: Settings, results: dict[int, dict]) -> str:
+def findings(ledger: Ledger, S: Settings, results: dict[int, dict]) -> Findings:
     runs = measured(results)
     parts = {key: decompose(iv) for key, iv in runs.items()}
     gaps = {key: d["bubble"] - formula(key[0], key[1], key[2], S.v) for key, d in parts.items()}
@@ -73,40 +74,40 @@ def findings(ledger: Ledger, S: Settings, results: dict[int, dict]) -> str:
                            abs(gaps[worst]), at_most(0.05), kind="measured")
     key = (4, Schedule.ONE_F_ONE_B, 16)
     key = key if key in runs else max(runs, key=lambda k: (k[0], k[2]))
-    eff = 1 - parts[key]["bubble"]
-    f_eff = pipeline_efficiency(key[0], key[2])
-    ledger.add("article_78_9", f"The widely repeated \"{key[0]} stages, {key[2]} micro-batches: η = 78.9%\" is wrong: "
-               f"measured efficiency ({key[1]}, 1 − bubble) − 78.9%; the formula's m/(m+p−1) = {f_eff:.1%} says "
-               f"+{f_eff - ARTICLE_EFFICIENCY:.3f}", eff - ARTICLE_EFFICIENCY,
-               approx(f_eff - ARTICLE_EFFICIENCY, abs=0.03),
-               source="a widely repeated calculation: η = (16−1)/(16+4−1)", kind="measured")
+    p, m = key[0], key[2]
+    quoted_idle = 1 - QUOTED_EFFICIENCY  # what "η = 78.9%" would leave idle
+    ledger.add("quoted_78_9", f"p = {p}, m = {m} ({key[1]}): the measured bubble, latency separated, is the "
+               f"formula's (p−1)/(m+p−1) = {bubble_fraction(p, m):.1%}, not the {quoted_idle:.1%} that \"η = 78.9%\" "
+               "leaves idle (within 0.025: the two are 0.05 apart)", parts[key]["bubble"],
+               approx(bubble_fraction(p, m), abs=0.025),
+               source="a widely repeated calculation: η = (m−1)/(m+p−1) = 15/19", kind="measured")
+    ran = torch_orders(results)
+    ledger.add("torch_1f1b_order", "torch's Schedule1F1B ran, on every rank, the order "
+               f"labtools.pipeline.schedule_order gives ({len(ran)} timed runs, m ≥ p; the exercise's rule)",
+               all(orders == rule_orders(p_, m_) for (p_, m_), orders in ran.items()) and bool(ran), is_true(),
+               kind="measured")
     ledger.note("bubble_gaps", {f"p{k[0]} {k[1]} m{k[2]}": g for k, g in gaps.items()})
     ledger.note("latency", {f"p{k[0]} {k[1]} m{k[2]}": d["latency"] for k, d in parts.items()})
     overruns = sum(r["overruns"] for res in results.values() for r in res["ranks"])
     worst = max(gaps.values(), key=abs)
     lat = [d["latency"] for d in parts.values()]
-    return (f"With each forward padded to {S.t_f_ms:g} ms and each backward to {2 * S.t_f_ms:g} ms per rank, the "
-            f"measured bubble — time a rank waited for an input still being computed on another rank, read from "
-            f"the timestamps — follows the formula: the worst gap over {len(gaps)} runs is {worst:+.3f}. On top of "
-            f"it, {min(lat):.1%}–{max(lat):.1%} of the time went to *latency*: the input existed but had not "
-            "arrived yet (the message, the schedule's own bookkeeping, a rank waking up on a shared core). At p = "
-            f"{key[0]}, m = {key[2]} the ranks were busy or merely waiting for messages "
-            f"**{eff:.1%}** of the time — the formula's {key[2]}/({key[2]}+{key[0]}−1) = {f_eff:.1%}, not the "
-            f"78.9% a widely repeated calculation gets as (m−1)/(m+p−1). {overruns} actions overran their simulated "
-            "time.")
+    return Findings([
+        f"With each forward padded to {S.t_f_ms:g} ms and each backward to {2 * S.t_f_ms:g} ms, the measured bubble "
+        f"followed the formula: the worst gap over {len(gaps)} runs was **{worst:+.3f}**.",
+        f"On top of it, {min(lat):.1%}–{max(lat):.1%} of the time was *latency*: the input existed but had not "
+        "arrived yet (the message, the schedule's bookkeeping, a rank waking up).",
+        f"At p = {p}, m = {m} the bubble was **{parts[key]['bubble']:.1%}**: the formula's {p - 1}/{m + p - 1} = "
+        f"{bubble_fraction(p, m):.1%}, so the efficiency is {pipeline_efficiency(p, m):.1%}, not 78.9%.",
+        f"{overruns} actions overran their simulated time.",
+    ])
 
 
-def real_findings(ledger: Ledger, S: Settings, results: dict[int, dict]) -> str:
+def real_findings(ledger: Ledger, S: Settings, results: dict[int, dict]) -> Findings:
     runs = measured(results, real=True)
     if not runs:
-        return ("This profile runs simulated compute only; the `cpu` and `gpu` profiles also time the real "
-                "computation.")
+        return Findings(["This profile runs simulated compute only; the `cpu` and `gpu` profiles also time the real "
+                         "computation."])
     ledger.note("real_idle", {f"p{p} {s} m{m}": decompose(iv) for (p, s, m), iv in runs.items()})
     by_p = {p: [1 - decompose(iv)["busy"] for (pp, s, m), iv in runs.items() if pp == p] for p in results}
-    return ("With real compute, " + "; ".join(
-        f"p = {p}: idle {min(v):.0%}–{max(v):.0%} over the sweep" for p, v in by_p.items() if v)
-        + ". On a shared CPU the ranks are not independent devices: p ranks on fewer cores take turns, so a "
-        "rank's 'idle' time includes waiting for a core, and each action carries about a millisecond of "
-        "schedule and message overhead — at these tiny stage sizes that is as long as the compute itself. The "
-        "formula assumes p devices that each run one stage at full speed; the simulated mode gives it exactly "
-        "that, real GPUs come close.")
+    return Findings([f"With real compute, p = {p}: idle **{min(v):.0%}–{max(v):.0%}** over the sweep."
+                     for p, v in by_p.items() if v])

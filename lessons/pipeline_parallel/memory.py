@@ -3,7 +3,7 @@
 import plotly.graph_objects as go
 
 from labtools import plots
-from labtools.claims import Ledger, approx, at_most
+from labtools.claims import Findings, Ledger, approx, at_most
 from labtools.pipeline import Schedule, in_flight, schedule_order
 from labtools.plan import collective_bytes
 from lessons.pipeline_parallel import Settings
@@ -27,7 +27,7 @@ def figure(results: dict[int, dict], m: int) -> go.Figure:
     return fig
 
 
-def findings(ledger: Ledger, results: dict[int, dict], m: int) -> str:
+def findings(ledger: Ledger, results: dict[int, dict], m: int) -> Findings:
     parts = []
     for p, r in results.items():
         held = {s: [rk["memory"][s] / rk["memory"]["per_micro_batch"] for rk in r["ranks"]]
@@ -38,12 +38,10 @@ def findings(ledger: Ledger, results: dict[int, dict], m: int) -> str:
                    at_most(0.05), kind="measured")
         ledger.add(f"mem_1f1b_{p}", f"p = {p}: 1F1B holds min(p − r, m) on rank r (worst |measured − predicted|)",
                    max(abs(h - q) for h, q in zip(held[Schedule.ONE_F_ONE_B], pred)), at_most(0.05), kind="measured")
-        parts.append(f"p = {p}: GPipe held {', '.join(f'{h:.2f}' for h in held[Schedule.GPIPE])} micro-batches' "
-                     f"worth per rank; 1F1B {', '.join(f'{h:.2f}' for h in held[Schedule.ONE_F_ONE_B])} "
+        parts.append(f"**p = {p}**: GPipe held {', '.join(f'{h:.2f}' for h in held[Schedule.GPIPE])} micro-batches' "
+                     f"activations per rank; 1F1B held {', '.join(f'{h:.2f}' for h in held[Schedule.ONE_F_ONE_B])} "
                      f"(predicted {pred}).")
-    return (" ".join(parts) + " Measured: the bytes autograd keeps for backward on each rank, at their peak during "
-            "one step, divided by what one micro-batch through that rank's stage keeps. Same bubble, same "
-            "gradients — 1F1B's order just starts each backward as early as it can.")
+    return Findings(parts)
 
 
 def traffic_table(results: dict[int, dict], S: Settings) -> go.Figure:
@@ -63,7 +61,7 @@ def _fmt(x) -> str:
     return "not measurable here" if x is None else f"{x:,}"
 
 
-def traffic_findings(ledger: Ledger, results: dict[int, dict], S: Settings) -> str:
+def traffic_findings(ledger: Ledger, results: dict[int, dict], S: Settings) -> Findings:
     parts = []
     for p, r in results.items():
         t = [rk["traffic"] for rk in r["ranks"]]
@@ -81,10 +79,9 @@ def traffic_findings(ledger: Ledger, results: dict[int, dict], S: Settings) -> s
                        kind="measured")
             ledger.add(f"ddp_wire_{p}", f"p = {p}: DDP on the same ranks sends 2(N−1)/N × the gradient bytes from each "
                        "rank (wire ÷ ring prediction)", ddp_wire / ddp_pred, approx(1.0, rel=0.1), kind="measured")
-            parts.append(f"p = {p}: {wire:,} bytes on the wire per pipeline step ({wire / pipe_pred:.3f}× the "
-                         f"prediction) against {ddp_wire:,} for a DDP step of the same model "
-                         f"({ddp_wire / wire:.1f}× more).")
+            parts.append(f"**p = {p}**: {wire:,} bytes on the wire per pipeline step ({wire / pipe_pred:.3f}× the "
+                         f"prediction), against {ddp_wire:,} for a DDP step of the same model: "
+                         f"**{ddp_wire / wire:.1f}×** more.")
     act = results[min(results)]["ranks"][0]["traffic"]["activation_bytes"]
-    return (" ".join(parts) + f" A pipeline moves activations (b·s·h = {act:,} "
-            "bytes per micro-batch here) only between neighbours; data parallelism moves every gradient. Which is "
-            "cheaper depends on the model: parameters grow as h², activations as b·s·h.")
+    return Findings(parts + [f"A pipeline moves activations, b·s·h = {act:,} bytes per micro-batch here, only between "
+                             "neighbours; data parallelism moves every gradient."])

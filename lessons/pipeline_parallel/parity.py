@@ -3,7 +3,7 @@
 import plotly.graph_objects as go
 
 from labtools import plots
-from labtools.claims import Ledger, at_most, is_true
+from labtools.claims import Findings, Ledger, at_most, is_true
 from lessons.pipeline_parallel import CURVE_WINDOW
 from lessons.pipeline_parallel.ranks import PARITY_SCHEDULES
 
@@ -22,7 +22,7 @@ def table(results: dict[int, dict]) -> go.Figure:
                        title="Every schedule's gradients against one process on the same batch")
 
 
-def findings(ledger: Ledger, results: dict[int, dict]) -> str:
+def findings(ledger: Ledger, results: dict[int, dict]) -> Findings:
     parts = []
     for p, r in results.items():
         backend = r["ranks"][0]["dist"]["backend"]
@@ -41,10 +41,11 @@ def findings(ledger: Ledger, results: dict[int, dict]) -> str:
                    "match one process (max |Δ loss|, measured; rounding differs, so longer runs drift slowly)", curve,
                    at_most(1e-3), kind="measured")
         ledger.note(f"curve_{p}_whole_run", max(diffs))
-        parts.append(f"**p = {p}** ({backend}): {len(ran)} of {len(PARITY_SCHEDULES)} schedules ran "
-                     f"({', '.join(ran)}){'; failed: ' + ', '.join(missed) if missed else ''}. Worst gradient "
-                     f"difference from one process: {worst:.1e}; training loss curves differ by at most {curve:.1e}.")
-    return " ".join(parts)
+        parts.append(f"**p = {p}** ({backend}): {len(ran)} of {len(PARITY_SCHEDULES)} schedules ran"
+                     + (f"; failed: {', '.join(missed)}." if missed else ", all of them."))
+        parts.append(f"**p = {p}**: worst gradient difference from one process **{worst:.1e}**; training loss curves "
+                     f"differ by at most {curve:.1e}.")
+    return Findings(parts)
 
 
 def training_figure(results: dict[int, dict]) -> go.Figure:

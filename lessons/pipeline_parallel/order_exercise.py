@@ -1,0 +1,82 @@
+"""Lesson 09, your turn: the 1F1B order of actions of one rank, checked against the order torch's Schedule1F1B
+really ran on this lesson's ranks (section 3's timed launches), and against the rule where torch does not run
+(m < p)."""
+
+import html
+import inspect
+
+from IPython.display import HTML, display
+
+from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, where_it_failed
+from labtools.pipeline import Schedule, schedule_order
+
+HINT = ("rank r first runs min(m, p − r) forwards; then, while forwards remain, one backward and one forward; then "
+        "the remaining backwards, oldest micro-batch first")
+
+
+def reference(r, p, m):
+    """Rank r's actions under 1F1B with p stages and m micro-batches: ("F", i) or ("B", i), in order."""
+    warmup = min(m, p - r)                       # forwards that fill the pipeline below this rank
+    order = [("F", i) for i in range(warmup)]
+    for i in range(m - warmup):                  # steady state: one backward, then one forward
+        order += [("B", i), ("F", warmup + i)]
+    return order + [("B", i) for i in range(m - warmup, m)]
+
+
+def torch_orders(results: dict[int, dict]) -> dict[tuple[int, int], list[list[tuple]]]:
+    """{(p, m): each rank's actions in the order torch's Schedule1F1B ran them}, from the timed launches."""
+    out = {}
+    for p, res in results.items():
+        for run in res["ranks"][0]["timelines"]:
+            if run["schedule"] == Schedule.ONE_F_ONE_B:
+                out[(p, run["m"])] = [[(iv["kind"][0].upper(), iv["mb"]) for iv in run["intervals"] if iv["row"] == r]
+                                      for r in range(p)]
+    return out
+
+
+def rule_orders(p: int, m: int) -> list[list[tuple]]:
+    """labtools.pipeline.schedule_order's 1F1B, as (kind, micro-batch) pairs."""
+    return [[(a.kind, a.mb) for a in rank] for rank in schedule_order(Schedule.ONE_F_ONE_B, p, m)]
+
+
+def check_order(fn, results: dict[int, dict]) -> Outcome:
+    """Your order for every rank of every 1F1B run torch made here, and two runs with fewer micro-batches than
+    stages (which torch's Schedule1F1B refuses) against the rule."""
+    if is_stub(fn):
+        return Outcome("not written", NOT_WRITTEN)
+    measured = torch_orders(results)
+    cases = [(f"p = {p}, m = {m} (torch's run)", p, m, orders) for (p, m), orders in sorted(measured.items())]
+    cases += [(f"p = {p}, m = {m} (fewer micro-batches than stages)", p, m, rule_orders(p, m)) for p, m in ((4, 2),
+                                                                                                            (3, 1))]
+    results_ = []
+    for name, p, m, expected in cases:
+        for r in range(p):
+            try:
+                got = [(str(k).upper(), int(i)) for k, i in fn(r, p, m)]
+            except NotImplementedError:
+                return Outcome("not written", NOT_WRITTEN)
+            except Exception as e:  # noqa: BLE001 - the learner's error becomes a message, not a traceback
+                results_.append({"case": f"{name}, rank {r}", "error": where_it_failed(e, fn.__code__.co_filename),
+                                 "hint": HINT})
+                return outcome(results_, tol=0.0, what="", reference="")
+            if got != expected[r]:
+                k = next((j for j in range(len(expected[r])) if j >= len(got) or got[j] != expected[r][j]),
+                         len(expected[r]))
+                want = expected[r][k] if k < len(expected[r]) else "nothing more"
+                had = got[k] if k < len(got) else "nothing"
+                results_.append({"case": f"{name}, rank {r}", "error": f"action {k + 1} should be {want}, yours is "
+                                 f"{had}", "hint": HINT})
+                return outcome(results_, tol=0.0, what="", reference="")
+        results_.append({"case": name, "difference": 0.0})
+    return outcome(results_, tol=0.0, what="your 1F1B order, every rank,",
+                   reference="the order torch's Schedule1F1B ran (and the rule where it cannot run)")
+
+
+def solution_source() -> str:
+    """The reference as the learner's cell would hold it."""
+    return inspect.getsource(reference).replace("def reference(", "def my_1f1b_order(")
+
+
+def show_solution() -> None:
+    """The reference solution, folded (open it once you have tried)."""
+    display(HTML(f"<details><summary>A solution</summary><pre>{html.escape(solution_source())}</pre></details>"))
