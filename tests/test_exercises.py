@@ -365,3 +365,24 @@ def test_lesson_09_order_solution_passes_and_gpipe_or_no_clamp_fails_naming_rank
 
     out = order_exercise.check_order(no_clamp, results)
     assert out.status == "fail" and "rank" in out.message
+
+
+def test_lesson_10_shards_solution_passes_and_splitting_c_proj_by_rows_fails_naming_the_shard():
+    from lessons.tensor_parallel import shard_exercise
+
+    assert shard_exercise.check_shards(shard_exercise.reference).passed
+
+    def both_by_rows(W_fc, b_fc, W_proj, t, r):  # c_proj split like c_fc: the wrong dimension
+        n = W_fc.shape[0] // t
+        rows = slice(r * n, (r + 1) * n)
+        return W_fc[rows], b_fc[rows], W_proj[rows]
+
+    out = shard_exercise.check_shards(both_by_rows)
+    assert out.status == "fail" and "rank 0" in out.message and "W_proj shard" in out.message
+    assert "row-parallel" in out.message
+
+    def whole(W_fc, b_fc, W_proj, t, r):  # every rank keeps everything: the partial outputs would add up t times
+        return W_fc, b_fc, W_proj
+
+    out = shard_exercise.check_shards(whole)
+    assert out.status == "fail" and "W_fc shard" in out.message

@@ -3,7 +3,7 @@
 import plotly.graph_objects as go
 
 from labtools import plots
-from labtools.claims import Ledger, approx, is_true
+from labtools.claims import Findings, Ledger, approx, is_true
 from labtools.plan import tensor_parallel_bytes
 from lessons.tensor_parallel import Settings
 from lessons.tensor_parallel.ranks import VARIANTS
@@ -45,7 +45,7 @@ def module_table(res: dict) -> go.Figure:
                        title=f"Collectives by module, block 0 (tp = {t}; a parent counts its children's too)")
 
 
-def findings(ledger: Ledger, res: dict, S: Settings) -> str:
+def findings(ledger: Ledger, res: dict, S: Settings) -> Findings:
     parts = []
     for t, r in res["tp"].items():
         c = r[0]["comm"]
@@ -53,7 +53,8 @@ def findings(ledger: Ledger, res: dict, S: Settings) -> str:
         ledger.add(f"tp_calls_{t}", f"tp = {t}: TP all-reduces 4 times per layer per forward + backward (counted ÷ 4L)",
                    c["dtensor"]["calls"].get("all_reduce", 0) / (4 * L), approx(1.0, abs=1e-9), kind="counted")
         ledger.add(f"sp_calls_{t}", f"tp = {t}: TP + SP swaps each for a reduce-scatter and an all-gather (4L of each, "
-                   "plus the gather before ln_f and its backward)",
+                   "plus two all-gathers: before the final LayerNorm, and in backward for the sequence split before "
+                   "block 0)",
                    c["dtensor+sp"]["calls"].get("reduce_scatter_tensor", 0) == 4 * L
                    and c["dtensor+sp"]["calls"].get("all_gather_into_tensor", 0) == 4 * L + 2, is_true(),
                    kind="counted")
@@ -75,10 +76,9 @@ def findings(ledger: Ledger, res: dict, S: Settings) -> str:
         gloo_sp = ring_sp + 4 * L * (alone["reduce_scatter"] - alone["all_gather"])  # each RS costs an AR on gloo
         ledger.add(f"sp_wire_{t}", f"tp = {t}: TP + SP on the wire ÷ the ring prediction with gloo's measured "
                    "reduce-scatter cost", sp_wire / gloo_sp, approx(1.0, rel=0.15), kind="measured")
-        parts.append(f"tp = {t}: TP sent {wire:,} bytes ({wire / ring_bytes(S, t, False):.2f}× the ring prediction), "
-                     f"TP + SP {sp_wire:,} ({sp_wire / ring_sp:.2f}× its ring prediction of {ring_sp:,.0f}). One "
-                     f"collective of {M:,} bytes alone: all-reduce {alone['all_reduce']:,}, all-gather "
-                     f"{alone['all_gather']:,}, reduce-scatter {alone['reduce_scatter']:,} bytes on the wire.")
-    return (" ".join(parts) + " Under ring algorithms (NCCL's) TP and TP + SP move the same volume; on gloo a "
-            "reduce-scatter costs what an all-reduce does, so sequence parallelism sends more here — measured, "
-            "not assumed. What SP buys is memory (next section).")
+        parts.append(f"**tp = {t}**: TP sent **{wire:,}** bytes on the wire ({wire / ring_bytes(S, t, False):.2f}× the "
+                     f"ring prediction); TP + SP sent {sp_wire:,} ({sp_wire / ring_sp:.2f}× its ring prediction).")
+        parts.append(f"**tp = {t}**: one collective of {M:,} bytes alone put {alone['all_reduce']:,.0f} bytes on the "
+                     f"wire as an all-reduce, {alone['all_gather']:,.0f} as an all-gather, "
+                     f"{alone['reduce_scatter']:,.0f} as a reduce-scatter.")
+    return Findings(parts or ["Bytes on the wire are measured only for gloo ranks on one machine."])

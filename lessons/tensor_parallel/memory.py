@@ -3,8 +3,8 @@
 import plotly.graph_objects as go
 
 from labtools import plots
-from labtools.budget import activation_bytes, korthikanti_tp_bytes_per_layer
-from labtools.claims import Ledger, is_true
+from labtools.budget import activation_bytes
+from labtools.claims import Findings, Ledger, is_true
 from lessons.tensor_parallel import Settings
 
 
@@ -34,20 +34,21 @@ def figure(rows: list[tuple]) -> go.Figure:
                        "MiB", barmode="group")
 
 
-def findings(ledger: Ledger, rows: list[tuple], S: Settings) -> str:
+def findings(ledger: Ledger, rows: list[tuple], S: Settings) -> Findings:
     exact = all(measured == pred for _, _, measured, pred in rows)
     ledger.add("mem_exact", f"Activation bytes per rank equal labtools.budget's prediction exactly: none, TP, TP + SP "
                f"at tp = {', '.join(str(t) for t in S.worlds)} (measured vs predicted, fp32)", exact, is_true(),
                kind="measured")
-    s, b, h, a = S.block_size, S.batch_size, S.n_embd, S.n_head
-    k = {sp: {t: korthikanti_tp_bytes_per_layer(s, b, h, a, t, sp) / (s * b * h) for t in S.worlds}
-         for sp in (False, True)}
     t = max(S.worlds)
-    ours = {sp: (2 + 14 / t if sp else 4 + 12 / t) for sp in (False, True)}
-    return (f"Measured equals predicted for every case. Per layer, in units of b·s·h: our block keeps 16 without "
-            f"tensor parallelism, 4 + 12/t with it (the LayerNorms' and the column-parallel linears' inputs stay "
-            f"whole: {ours[False]:.1f} at t = {t}), and 2 + 14/t with sequence parallelism ({ours[True]:.1f}): "
-            f"DTensor keeps the all-gathered inputs of c_attn and c_fc for their backward. Korthikanti et al.'s "
-            f"formulas (fp16, dropout masks, the s×s scores kept) give {k[False][t]:.1f} and {k[True][t]:.1f} at "
-            f"t = {t}: Megatron-LM gathers those inputs again in backward instead of keeping them, which is how "
-            "it reaches 34/t — everything divided by t.")
+    # bytes per b·s·h per layer in fp16 (2 bytes an element), Korthikanti et al.'s units, their s×s scores left out
+    ours = {sp: 2 * (2 + 14 / t if sp else 4 + 12 / t) for sp in (False, True)}
+    theirs = {False: 10 + 24 / t, True: 34 / t}
+    ledger.note("fp16_bytes_per_bsh_layer", {"ours": ours, "korthikanti_without_scores": theirs, "t": t})
+    worst = max(abs(m - p) / p for _, _, m, p in rows)
+    return Findings([
+        f"Measured equals predicted in every case: the worst gap is **{worst:.1%}**.",
+        f"In fp16 bytes per b·s·h per layer at t = {t}, the lab's block keeps 8 + 24/t = **{ours[False]:.1f}** with "
+        f"TP; Korthikanti et al.'s 10 + 24/t = {theirs[False]:.1f} (their s×s scores left out) adds two dropout masks.",
+        f"With SP, the lab's block keeps 4 + 28/t = **{ours[True]:.1f}**, theirs 34/t = {theirs[True]:.1f}: DTensor "
+        "keeps the all-gathered inputs of c_attn and c_fc for backward; Megatron-LM gathers them again.",
+    ])

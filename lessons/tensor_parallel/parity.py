@@ -3,7 +3,7 @@
 import plotly.graph_objects as go
 
 from labtools import plots
-from labtools.claims import Ledger, at_most
+from labtools.claims import Findings, Ledger, at_most
 
 
 def table(res: dict) -> go.Figure:
@@ -18,7 +18,7 @@ def table(res: dict) -> go.Figure:
                        title="Max |Δ| of outputs and gradients against the same module on one rank (fp32)")
 
 
-def findings(ledger: Ledger, res: dict) -> str:
+def findings(ledger: Ledger, res: dict) -> Findings:
     parts = []
     for t, r in res["tp"].items():
         worst = max(v for x in r for part in x["parity"].values() for v in part.values())
@@ -26,5 +26,6 @@ def findings(ledger: Ledger, res: dict) -> str:
         ledger.add(f"parity_{t}", f"tp = {t}: MLP, attention and the whole GPT — written out, DTensor, DTensor + SP — "
                    "give one rank's outputs and gradients (max |Δ| over ranks, fp32, measured)", worst, at_most(1e-5),
                    kind="measured")
-        parts.append(f"tp = {t} ({backend}): worst difference {worst:.1e}.")
-    return " ".join(parts) + " The split computes the same function; only where the numbers live changes."
+        parts.append(f"**tp = {t}** ({backend}): outputs and gradients differ from one rank's by at most "
+                     f"**{worst:.1e}**.")
+    return Findings(parts)

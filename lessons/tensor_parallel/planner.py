@@ -6,7 +6,7 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from labtools import plots
-from labtools.claims import Ledger, approx, at_least, at_most, is_true
+from labtools.claims import Findings, Ledger, approx, at_least, at_most, is_true
 from labtools.compute import training_days
 from labtools.plan import CLUSTERS, MODELS, Layout, bubble_fraction, rank_layouts, step_time
 from labtools.widgets import Exercise, Panel, answer_check
@@ -38,15 +38,14 @@ def cases_table(c: dict) -> go.Figure:
                        row_height=44, title="Three published configurations, through the planner")
 
 
-def cases_findings(ledger: Ledger, c: dict) -> str:
+def cases_findings(ledger: Ledger, c: dict) -> Findings:
     a1, ll = c["article"][1], c["llama"]
     ledger.add("gpt3_fits", "GPT-3 175B as TP 8 × PP 16 × DP 8 fits 80 GB A100s (predicted memory per GPU, ZeRO-1, "
                "every layer recomputed)", a1.fits and c["article"][0].fits, is_true(),
                source="a widely repeated statement", kind="computed")
-    ledger.add("gpt3_bubble", "… and its bubble with batch 1536 and micro-batch 1 is 15/207 (computed)", a1.bubble,
-               approx(15 / 207, rel=1e-9), kind="computed")
-    ledger.add("llama_bubble", "Llama 3 405B, pp 16 with 16 micro-batches: non-interleaved 1F1B idles 15/31 ≈ 48% "
-               "(computed)", ll.bubble, approx(15 / 31, rel=1e-9), source="Llama 3 paper, §3.3", kind="computed")
+    ledger.note("gpt3_bubble", a1.bubble)  # 15/207: a formula, noted rather than claimed
+    ledger.note("plain_1f1b_pp16_m16_bubble", ll.bubble)  # 15/31, if Llama 3 405B's pp 16 ran plain 1F1B
+    ledger.note("llama3_step_s", {"planner": ll.step_s, "published_mfu_implies": published_llama_step_s()})
     ledger.add("gpt3_days", "GPT-3 175B on 300B tokens with 1024 A100s at 140 TFLOP/s: ≈ 34 days (computed, "
                "8·T·P/(n·X))",
                c["days"], approx(34, rel=0.02), source="Narayanan et al. 2021, §5.1", kind="computed")
@@ -56,10 +55,23 @@ def cases_findings(ledger: Ledger, c: dict) -> str:
                source="a widely repeated statement", kind="computed")
     ledger.add("tp_network", "… across nodes (HDR, 25 GB/s per GPU) at least half of it (predicted)", ratio["network"],
                at_least(0.5), kind="computed")
-    return (f"Over NVLink the tensor-parallel all-reduces of GPT-3's layers cost {ratio['nvlink']:.1%} of the compute "
-            f"time; the same TP 8 across nodes would cost {ratio['network']:.0%} — tensor parallelism stays inside a "
-            f"node. Llama 3's pipeline without interleaving would idle {ll.bubble:.1%}; with v = 2 chunks per rank "
-            f"{c['llama_v'][2]:.1%}, v = 4 {c['llama_v'][4]:.1%}.")
+    return Findings([
+        f"Over NVLink, GPT-3's tensor-parallel all-reduces cost **{ratio['nvlink']:.1%}** of the compute time; the "
+        f"same TP 8 across nodes would cost **{ratio['network']:.0%}** (predicted). Tensor parallelism stays inside a "
+        "node.",
+        f"A pp 16 pipeline with 16 micro-batches would idle {ll.bubble:.1%} under plain 1F1B, {c['llama_v'][2]:.1%} "
+        f"interleaved with v = 2, {c['llama_v'][4]:.1%} with v = 4: why Llama 3 405B interleaved.",
+        f"GPT-3 175B on 300B tokens at 140 TFLOP/s per A100 on 1024 of them: **{c['days']:.1f} days**, Narayanan et "
+        "al.'s estimate (OpenAI published no duration for the real run).",
+        f"Llama 3 405B's reported 38–43% MFU on 16,384 H100s means about **{published_llama_step_s():.1f} s** per "
+        f"16M-token step (computed); the planner says {ll.step_s:.1f} s: it runs plain 1F1B and recomputes every "
+        "layer, which Llama 3 did not.",
+    ])
+
+
+def published_llama_step_s(mfu: float = 0.41, tokens: float = 16e6, gpus: int = 16_384) -> float:
+    """Seconds per step implied by Llama 3 405B's reported MFU (38–43%, §3.3.4): 6·N·tokens / (gpus · MFU · peak)."""
+    return 6 * 405e9 * tokens / (gpus * mfu * H100.peak_flops)
 
 
 def figure(model: str, gpus: int, batch: int, tp: int, pp: int, zero: int, cluster: str, top: int = 8):
@@ -108,8 +120,8 @@ def exercises(ledger: Ledger) -> list[Exercise]:
         Exercise("Bytes per layer", "GPT-3: h = 12288, sequence 2048, micro-batch 4, bf16 activations (2 bytes). With "
                  "tp = 8 under ring all-reduces, how many GB does each GPU send per layer for one forward and "
                  "backward: 8·(t−1)/t·b·s·h elements?", {"gb": "GB per layer"}, answer_check({"gb": per_layer}),
-                 f"8 × 7/8 × 4·2048·12288 × 2 bytes = **{per_layer:.2f} GB** per layer and micro-batch — 96 layers "
-                 "make that ~100 GB per micro-batch, which only NVLink carries fast enough."),
+                 f"8 × 7/8 × 4·2048·12288 × 2 bytes = **{per_layer:.2f} GB** per layer and micro-batch; 96 layers "
+                 f"make that {96 * per_layer:.0f} GB per micro-batch, which only NVLink carries fast enough."),
         Exercise("The smallest tp", "405B on 1024 H100s with pp = 16 and a batch of 1024 sequences of 8192 tokens "
                  "(ZeRO-1, every layer recomputed): what is the smallest tensor-parallel size (1, 2, 4 or 8) that "
                  "fits 80 GB? Try it in the planner.", {"tp": "tp"}, answer_check({"tp": smallest}),

@@ -3,7 +3,7 @@
 import plotly.graph_objects as go
 
 from labtools import plots
-from labtools.claims import Ledger, at_most
+from labtools.claims import Findings, Ledger, at_most
 from lessons.tensor_parallel import CURVE_WINDOW
 
 
@@ -14,7 +14,7 @@ def figure(res: dict) -> go.Figure:
     return plots.style(fig, "Training loss: 2-D parallel on 4 ranks vs one process", "step", "loss")
 
 
-def findings(ledger: Ledger, res: dict) -> str:
+def findings(ledger: Ledger, res: dict) -> Findings:
     import numpy as np
     diffs = [abs(a - b) for a, b in zip(res["two_d"]["losses"], res["single"]["losses"])]
     grads = max(float(np.abs(np.array(res["two_d"]["first_grads_ln_1"][k]) - np.array(v)).max())
@@ -24,9 +24,8 @@ def findings(ledger: Ledger, res: dict) -> str:
     ledger.add("two_d_curve", f"… and the first {min(len(diffs), CURVE_WINDOW)} AdamW steps' losses match (max |Δ|)",
                max(diffs[:CURVE_WINDOW]), at_most(1e-3), kind="measured")
     ledger.note("two_d_curve_whole_run", max(diffs))
-    return (f"First-step gradients differ by {grads:.1e}; over the first {min(len(diffs), CURVE_WINDOW)} steps the "
-            f"losses differ by at most {max(diffs[:CURVE_WINDOW]):.1e}, over all {len(diffs)} by {max(diffs):.1e} — "
-            "the two runs add the same numbers in a different order, and an unclipped run at this learning rate "
-            "amplifies last-bit differences into visibly different curves within a few tens of steps. The mesh: "
-            "ranks 0–1 and 2–3 are the tensor-parallel groups, (0, 2) and (1, 3) the "
-            "data-parallel ones — tensor parallelism innermost, where a real cluster's fast links are.")
+    return Findings([
+        f"First-step gradients differ from one process's by **{grads:.1e}**.",
+        f"Losses differ by at most **{max(diffs[:CURVE_WINDOW]):.1e}** over the first {min(len(diffs), CURVE_WINDOW)} "
+        f"steps, and by {max(diffs):.1e} over all {len(diffs)}.",
+    ])

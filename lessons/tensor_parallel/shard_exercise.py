@@ -1,0 +1,75 @@
+"""Lesson 10, your turn: split an MLP for tensor parallelism, checked two ways: each rank's shards are the ones the
+lab's ColumnParallelLinear / RowParallelLinear (and DTensor's ColwiseParallel / RowwiseParallel, Shard(0) and
+Shard(1)) hold, and the t ranks' partial outputs add up to the unsplit MLP's output (the all-reduce g)."""
+
+import html
+import inspect
+
+import torch
+import torch.nn.functional as F
+from IPython.display import HTML, display
+
+from labtools.exercises import NOT_WRITTEN, Outcome, difference, is_stub, outcome, where_it_failed
+
+HINT = ("c_fc is column-parallel: rank r keeps rows r·4h/t … (r+1)·4h/t of its weight (out × in) and the same slice "
+        "of its bias; c_proj is row-parallel: rank r keeps the same range of its weight's columns")
+
+
+def reference(W_fc, b_fc, W_proj, t, r):
+    """Rank r's shards of an MLP y = gelu(x W_fcᵀ + b_fc) W_projᵀ + b_proj split t ways: (W_fc_r, b_fc_r, W_proj_r)."""
+    n = W_fc.shape[0] // t                 # hidden units per rank (4h / t)
+    rows = slice(r * n, (r + 1) * n)
+    return W_fc[rows], b_fc[rows], W_proj[:, rows]  # column-parallel c_fc; row-parallel c_proj (its bias: added once)
+
+
+def _mlp(h: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    W_fc, b_fc = torch.randn(4 * h, h, generator=g) / h**0.5, torch.randn(4 * h, generator=g)
+    W_proj, b_proj = torch.randn(h, 4 * h, generator=g) / (2 * h**0.5), torch.randn(h, generator=g)
+    x = torch.randn(3, 5, h, generator=g)
+    return x, W_fc, b_fc, W_proj, b_proj
+
+
+def check_shards(fn) -> Outcome:
+    """Your shards for t = 2 and 4 (every rank), then the sum of the t partial outputs against the unsplit MLP."""
+    if is_stub(fn):
+        return Outcome("not written", NOT_WRITTEN)
+    results = []
+    for h, t in ((8, 2), (16, 4)):
+        x, W_fc, b_fc, W_proj, b_proj = _mlp(h, seed=t)
+        full = F.gelu(x @ W_fc.T + b_fc) @ W_proj.T + b_proj
+        partial_sum = torch.zeros_like(full)
+        name = f"h = {h} split over t = {t} ranks"
+        for r in range(t):
+            try:
+                got = fn(W_fc.clone(), b_fc.clone(), W_proj.clone(), t, r)
+            except NotImplementedError:
+                return Outcome("not written", NOT_WRITTEN)
+            except Exception as e:  # noqa: BLE001 - the learner's error becomes a message, not a traceback
+                return outcome([{"case": f"{name}, rank {r}", "error": where_it_failed(e, fn.__code__.co_filename),
+                                 "hint": HINT}], tol=0.0, what="", reference="")
+            expected = reference(W_fc, b_fc, W_proj, t, r)
+            if not (isinstance(got, (tuple, list)) and len(got) == 3):
+                return outcome([{"case": f"{name}, rank {r}", "error": "return three tensors: (W_fc_r, b_fc_r, "
+                                 "W_proj_r)"}], tol=0.0, what="", reference="")
+            for part, g_, e_ in zip(("W_fc", "b_fc", "W_proj"), got, expected):
+                if difference(g_, e_) > 0:
+                    shape = tuple(g_.shape) if isinstance(g_, torch.Tensor) else type(g_).__name__
+                    return outcome([{"case": f"{name}, rank {r}", "error": f"your {part} shard (shape {shape}) is not "
+                                     f"the one rank {r} holds (shape {tuple(e_.shape)})", "hint": HINT}],
+                                   tol=0.0, what="", reference="")
+            W1, b1, W2 = got
+            partial_sum += F.gelu(x @ W1.T + b1) @ W2.T  # what rank r computes; g sums them
+        results.append({"case": name, "difference": difference(partial_sum + b_proj, full)})
+    return outcome(results, tol=1e-5, what="your shards are the ones each rank holds, and the sum of their partial "
+                   "outputs", reference="the unsplit MLP's output")
+
+
+def solution_source() -> str:
+    """The reference as the learner's cell would hold it."""
+    return inspect.getsource(reference).replace("def reference(", "def my_mlp_shards(")
+
+
+def show_solution() -> None:
+    """The reference solution, folded (open it once you have tried)."""
+    display(HTML(f"<details><summary>A solution</summary><pre>{html.escape(solution_source())}</pre></details>"))
