@@ -47,6 +47,7 @@ EXERCISES = {"00_training_loop": "lessons.training_loop.adamw_exercise",
              "08_fsdp_zero": "lessons.fsdp_zero.partition_exercise",
              "09_pipeline_parallel": "lessons.pipeline_parallel.order_exercise",
              "10_tensor_parallel": "lessons.tensor_parallel.shard_exercise",
+             "11_fault_tolerance": "lessons.fault_tolerance.save_exercise",
              "07_data_parallel": "lessons.data_parallel.ring_exercise"}
 
 

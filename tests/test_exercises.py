@@ -386,3 +386,23 @@ def test_lesson_10_shards_solution_passes_and_splitting_c_proj_by_rows_fails_nam
 
     out = shard_exercise.check_shards(whole)
     assert out.status == "fail" and "W_fc shard" in out.message
+
+
+def test_lesson_11_atomic_save_solution_survives_sigkills_and_an_in_place_write_does_not(tmp_path):
+    from lessons.fault_tolerance import save_exercise
+
+    good = save_exercise.check_save(save_exercise.reference, tmp_path / "good", kills=4)
+    assert good.passed and "4 SIGKILLs" in good.message
+
+    def in_place(path, data):
+        with open(path, "wb") as f:
+            f.write(data)
+
+    out = save_exercise.check_save(in_place, tmp_path / "bad", kills=4)
+    assert out.status == "fail" and "SIGKILL" in out.message and "os.replace" in out.message
+
+    def my_atomic_save(path, data):
+        raise NotImplementedError
+
+    assert save_exercise.check_save(my_atomic_save, tmp_path / "stub").message == NOT_WRITTEN
+    assert not (tmp_path / "stub").exists()  # a stub starts no process and writes nothing

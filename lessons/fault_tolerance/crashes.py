@@ -14,15 +14,15 @@ import plotly.graph_objects as go
 import torch
 
 from labtools import checkpoint, plots
-from labtools.claims import Ledger, approx, at_least, is_true
+from labtools.claims import Findings, Ledger, approx, at_least, is_true
 from lessons.fault_tolerance import MIN_KILLS, Settings, ranks
 
 
-def _context():
+def context():
     """Children forked from a server that imported torch once: a killed saver restarts in milliseconds, and the
     notebook's own process (with its threads) is never forked."""
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["lessons.fault_tolerance.ranks"])
+    ctx.set_forkserver_preload(["lessons.fault_tolerance.ranks", "lessons.fault_tolerance.save_exercise"])
     return ctx
 
 
@@ -57,7 +57,7 @@ def kill_saver(directory: Path, numel: int, in_place: bool, delay_s: float | Non
     target = directory / "checkpoint.pt"
     full = 0
     before = [] if in_place else checkpoint.checkpoints(directory)
-    proc = _context().Process(target=ranks.save_forever, args=(str(directory), numel, in_place), daemon=True)
+    proc = context().Process(target=ranks.save_forever, args=(str(directory), numel, in_place), daemon=True)
     proc.start()
     try:
         if in_place:
@@ -177,7 +177,7 @@ def random_kills_figure(c: dict) -> go.Figure:
                        "unfinished saves it left", height=300)
 
 
-def findings(ledger: Ledger, S: Settings, c: dict) -> str:
+def findings(ledger: Ledger, S: Settings, c: dict) -> Findings:
     ev = c["random"]
     mid = sum(e["unfinished_saves"] > 0 for e in ev)
     ledger.add("in_place_lost", "A SIGKILL during the tutorial recipe's in-place torch.save leaves no loadable "
@@ -195,11 +195,14 @@ def findings(ledger: Ledger, S: Settings, c: dict) -> str:
                c["corrupt_latest"][0] and c["corrupt_latest"][1].endswith(checkpoint.name(1)), is_true(),
                kind="measured")
     ledger.note("save_s", c["save_s"])
-    return (f"A save of {c['numel'] * 4 / 2**20:.0f} MB takes {c['save_s'] * 1e3:.0f} ms here (write, fsync, hash, "
-            "read back and verify). Killed in the middle of writing in place, the tutorial recipe's single file was "
-            f"{c['in_place']['bytes_on_disk']:,} of {c['in_place']['bytes_expected']:,} bytes and would not load: "
-            "the run had nothing left to resume from. Killed in the middle of a labtools.checkpoint save, only a "
-            "hidden `.tmp-` directory was lost; `latest()` named it, skipped it and returned the previous step. Of "
-            f"{len(ev)} kills at random moments, {mid} landed mid-save, and after every one `latest()` returned a "
-            "checkpoint that loaded. A half file and a flipped byte were refused by their sha256 before a single "
-            "byte was unpickled.")
+    return Findings([
+        f"A save of {c['numel'] * 4 / 2**20:.0f} MB took **{c['save_s'] * 1e3:.0f} ms** here: write, fsync, hash, read "
+        "back and verify.",
+        f"Killed mid-write, the tutorial recipe's single file was {c['in_place']['bytes_on_disk']:,} of "
+        f"{c['in_place']['bytes_expected']:,} bytes and would not load: nothing was left to resume from.",
+        "Killed mid-save, labtools.checkpoint lost only a hidden `.tmp-` directory; `latest()` skipped it and returned "
+        "the previous step.",
+        f"Of {len(ev)} kills at random moments, {mid} landed mid-save; after every one `latest()` returned a "
+        "checkpoint that loaded.",
+        "A half file and a flipped byte were refused by their sha256 before a single byte was unpickled.",
+    ])

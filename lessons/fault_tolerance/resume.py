@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 import torch
 
 from labtools import checkpoint, plots
-from labtools.claims import Ledger, approx, at_least, is_true
+from labtools.claims import Findings, Ledger, approx, at_least, is_true
 from labtools.config import build_gpt
 from labtools.data import text
 from labtools.model import GPT
@@ -109,25 +109,25 @@ def figure(S: Settings, r: dict) -> go.Figure:
     return fig
 
 
-def findings(ledger: Ledger, S: Settings, r: dict) -> str:
+def findings(ledger: Ledger, S: Settings, r: dict) -> Findings:
     s = resume_stats(S, r)
     ledger.add("bitwise_losses", "Resumed from labtools.checkpoint, every training and validation loss equals the "
                "uninterrupted run's bit for bit (measured)", s["lab_losses_equal"] and s["lab_val_equal"], is_true(),
                kind="measured")
     ledger.add("bitwise_params", "… and so do the final parameters (sha256 of every tensor, measured)",
                s["lab_params_equal"], is_true(), kind="measured")
-    ledger.add("article_diverges", "The tutorial recipe (no RNG, no data position) resumes a different run: final "
+    ledger.add("tutorial_diverges", "The tutorial recipe (no RNG, no data position) resumes a different run: final "
                "parameters differ (max |Δ|, measured)", s["article_param_diff"], at_least(1e-4), kind="measured")
-    ledger.add("redone", f"The kill at step {S.stop_at} cost the steps since the last checkpoint (step "
+    ledger.add("redone", f"The stop at step {S.stop_at} cost the steps since the last checkpoint (step "
                f"{s['saved_at']}): redone steps (measured from the resumed run)", s["redone"],
                approx(S.stop_at % S.every, abs=0), kind="measured")
     ledger.note("resume", s)
-    return (f"Both runs died at step {S.stop_at}; the newest checkpoint was at step {s['saved_at']}, so "
-            f"{s['redone']} steps were computed again. Resumed from the whole state — model, optimizer, schedule "
-            "position, loss scaler, the RNG that draws dropout masks and the generator that draws batches — the run "
-            "is **the same run**: every loss and every final parameter is bitwise equal "
-            f"(max |Δparameter| = {s['lab_param_diff']:g}). The tutorial recipe saves model, optimizer and step: "
-            "its resumed run draws other batches and other dropout masks, so it is a different run — losses differ "
-            f"by up to {s['article_loss_diff']:.3f}, final parameters by up to {s['article_param_diff']:.2g}, the "
-            f"final validation loss by {s['article_val_diff']:.4f}. Not worse on average, but not reproducible: a "
-            "loss spike after a restart can no longer be told apart from a bug.")
+    return Findings([
+        f"Both runs stopped at step {S.stop_at}; the newest checkpoint was at step {s['saved_at']}, so "
+        f"**{s['redone']}** steps were computed again.",
+        "Resumed from the whole state, the run is **the same run**: every loss and every final parameter is bitwise "
+        f"equal (max |Δparameter| = {s['lab_param_diff']:g}).",
+        "The tutorial recipe's resumed run drew other batches and dropout masks: losses differ by up to "
+        f"{s['article_loss_diff']:.3f}, final parameters by up to **{s['article_param_diff']:.2g}**, the final "
+        f"validation loss by {s['article_val_diff']:.4f}.",
+    ])

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import torch
 
-from labtools.claims import Ledger, is_true
+from labtools.claims import Findings, Ledger, is_true
 from lessons.fault_tolerance.crashes import try_load
 
 
@@ -25,10 +25,10 @@ def run(workdir: Path) -> dict:
     return {"weights_only": try_load(lambda: torch.load(path, weights_only=True))}
 
 
-def findings(ledger: Ledger, sec: dict) -> str:
+def findings(ledger: Ledger, sec: dict) -> Findings:
     ok, msg = sec["weights_only"]
     ledger.add("weights_only", "torch.load(weights_only=True) refuses a checkpoint whose pickle would call a "
                "function (measured)", not ok, is_true(), kind="measured")
-    return (f"`torch.load(path, weights_only=True)` on a file whose pickle calls `print`: **{msg[:220]}…** The "
-            "call never ran. Without `weights_only` (the tutorial recipe's `torch.load(path)` on torch < 2.6) it would "
-            "have: a pickle is a program, and a checkpoint downloaded from elsewhere could run anything.")
+    first = msg.split(". ")[0].rstrip(".")
+    return Findings([f"`torch.load(path, weights_only=True)` refused the file (**{first}**) before the call could "
+                     "run."])

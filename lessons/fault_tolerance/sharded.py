@@ -6,7 +6,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from labtools import plots
-from labtools.claims import Ledger, approx, is_true
+from labtools.claims import Findings, Ledger, approx, is_true
 from labtools.config import derive
 from labtools.parallel import launch
 from lessons.fault_tolerance import Settings, ranks
@@ -43,7 +43,7 @@ def run_elastic(S: Settings, workdir: Path) -> dict:
     return out
 
 
-def findings(ledger: Ledger, S: Settings, sh: dict) -> str:
+def findings(ledger: Ledger, S: Settings, sh: dict) -> Findings:
     s, ld = sh["saved"][0], sh["loaded"][0]
     ledger.add("reshard_model", f"Saved at {S.save_world} ranks, loaded at {S.load_world}: the whole model is bitwise "
                "the saved one (sha256 of the gathered tensors, measured)", s["model_digest"] == ld["model_digest"],
@@ -57,15 +57,14 @@ def findings(ledger: Ledger, S: Settings, sh: dict) -> str:
     ret = float(np.median([r["async_return_s"] for r in sh["saved"]]))
     done = float(np.median([r["async_done_s"] for r in sh["saved"]]))
     ledger.note("dcp_seconds", {"blocking": blocking, "async_return": ret, "async_done": done})
-    return (f"Each of {S.save_world} ranks wrote only its own shards ({', '.join(s['files'])}); the coordinator wrote "
-            f".metadata last — the map from every tensor's global layout to the slices in each file. {S.load_world} "
-            "ranks then asked for *their* slices under the new layout, and the gathered model and optimizer state "
-            "were bitwise the saved ones; training went on from there "
-            f"(next loss {ld['next_loss']:.3f}). Timed here (one run, median over ranks): blocking `dcp.save` "
-            f"{blocking * 1e3:.0f} ms; `dcp.async_save` returned after {ret * 1e3:.0f} ms and finished after "
-            f"{done * 1e3:.0f} ms. At this size the fixed costs dominate; at scale the gap is the point: PyTorch "
-            "reported 148.8 s blocking against a 6.3 s stall with async saves for a large distributed model (their "
-            "async DCP blog post) — the section below turns that into lost hours.")
+    return Findings([
+        f"Each of {S.save_world} ranks wrote only its own shards ({', '.join(s['files'])}); the coordinator wrote "
+        ".metadata last.",
+        f"{S.load_world} ranks asked for *their* slices under the new layout: the gathered model and optimizer state "
+        f"were **bitwise** the saved ones, and training went on (next loss {ld['next_loss']:.3f}).",
+        f"Timed here (median over ranks): blocking `dcp.save` **{blocking * 1e3:.0f} ms**; `dcp.async_save` returned "
+        f"after {ret * 1e3:.0f} ms and finished after {done * 1e3:.0f} ms. At this size fixed costs dominate.",
+    ])
 
 
 def elastic_figure(el: dict) -> go.Figure:
@@ -80,7 +79,7 @@ def elastic_figure(el: dict) -> go.Figure:
     return plots.style(fig, "Elastic DDP: a rank SIGKILLed, torchrun restarts the group", "step", "training loss")
 
 
-def elastic_findings(ledger: Ledger, S: Settings, el: dict) -> str:
+def elastic_findings(ledger: Ledger, S: Settings, el: dict) -> Findings:
     whole, killed = el["whole"], el["killed"]
     ledger.add("elastic_restarts", "torchrun restarted the group once after the SIGKILL (each rank's restart count, "
                "measured)", min(r["restarts"] for r in killed), approx(1, abs=0), kind="measured")
@@ -88,9 +87,9 @@ def elastic_findings(ledger: Ledger, S: Settings, el: dict) -> str:
                "bitwise (measured)", killed[0]["digest"] == whole[0]["digest"]
                and killed[0]["losses"] == whole[0]["losses"], is_true(), kind="measured")
     every = max(1, S.elastic_steps // 4)
-    return (f"Rank 1 killed itself with SIGKILL before step {S.kill_at} — no Python error, no message, as the OOM "
-            "killer or a failed GPU would do it. torchrun saw it, stopped rank 0, and started both again "
-            f"(`launch(..., max_restarts=1)`; restart count {killed[0]['restarts']}). The new ranks found the "
-            f"checkpoint of step {killed[0]['resumed_from']} (one every {every} steps), resumed, and finished with "
-            "parameters bitwise equal to the uninterrupted run's. The failed attempt's errors did not fail the run "
-            "that later succeeded, and no process was left behind (tests/test_dist.py checks both).")
+    return Findings([
+        f"Rank 1 killed itself with SIGKILL before step {S.kill_at}; torchrun stopped rank 0 and started both again "
+        f"(restart count **{killed[0]['restarts']}**).",
+        f"The new ranks resumed from the checkpoint of step {killed[0]['resumed_from']} (one every {every} steps) and "
+        "finished with parameters **bitwise** equal to the uninterrupted run's.",
+    ])
