@@ -406,3 +406,23 @@ def test_lesson_11_atomic_save_solution_survives_sigkills_and_an_in_place_write_
 
     assert save_exercise.check_save(my_atomic_save, tmp_path / "stub").message == NOT_WRITTEN
     assert not (tmp_path / "stub").exists()  # a stub starts no process and writes nothing
+
+
+def test_lesson_12_flops_solution_passes_and_forgetting_attention_or_the_head_fails():
+    from lessons.compute_budget import flops_exercise
+
+    counts = [{"shape": (L, d, 4, T), "vocab": V, "train": flops_exercise.reference(L, d, V, T)}
+              for L, d, V, T in ((2, 64, 96, 64), (3, 96, 96, 256))]  # the notebook checks FlopCounterMode's counts
+    assert flops_exercise.check_flops(flops_exercise.reference, counts).passed
+
+    def no_attention(L, d, V, T):
+        return 6 * (12 * L * d * d + V * d)
+
+    out = flops_exercise.check_flops(no_attention, counts)
+    assert out.status == "fail" and "L = 2, d = 64" in out.message and "12·L·T·d" in out.message
+    assert "you said" in out.message
+
+    def no_head(L, d, V, T):
+        return 6 * 12 * L * d * d + 12 * L * T * d
+
+    assert flops_exercise.check_flops(no_head, counts).status == "fail"

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FRAMED = ("00_training_loop", "01_adamw_vs_adam_l2", "02_lr_schedules", "03_stability",
           "04_mixed_precision", "05_activation_checkpointing", "06_memory_budget", "07_data_parallel",
           "08_fsdp_zero", "09_pipeline_parallel",
-          "10_tensor_parallel", "11_fault_tolerance")
+          "10_tensor_parallel", "11_fault_tolerance",
+          "12_compute_budget")
 PARAGRAPH_WORDS, BULLET_WORDS = 80, 50
 # "the articles", "a source article", "the seeds" (sources the learner never sees); "the seed" of an RNG is fine
 INSIDER = re.compile(r"\b(the|a|this course's|our) (source )?articles?\b|\bsource articles?\b|\bthe seeds\b"

@@ -1,0 +1,54 @@
+"""Lesson 12, your turn: the training FLOPs per token of the lab's GPT, checked against what torch's FlopCounterMode
+counted for a real training step of each shape in section 1."""
+
+import html
+import inspect
+
+from IPython.display import HTML, display
+
+from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, where_it_failed
+
+HINT = ("four parts: 6 FLOPs per matrix weight per token (2 forward, 4 backward); 12·d² matrix weights per block "
+        "(q, k, v and the output projection 4d², the MLP 8d²); the head, tied to the embedding, V·d weights that "
+        "multiply; and attention's own products, 12·L·T·d")
+
+
+def reference(L, d, V, T):
+    """Training FLOPs per token of the lab's GPT: L blocks of width d, vocabulary V, sequence length T."""
+    matrix_weights = 12 * L * d * d + V * d   # the blocks' linears, and the head (the embedding lookup is free)
+    return 6 * matrix_weights + 12 * L * T * d  # 2 forward + 4 backward per weight; attention's scores and sum
+
+
+def check_flops(fn, counts: list[dict]) -> Outcome:
+    """Your formula against FlopCounterMode's count of a training step, for every shape section 1 counted."""
+    if is_stub(fn):
+        return Outcome("not written", NOT_WRITTEN)
+    results = []
+    for r in counts:
+        L, d, _, T = r["shape"]
+        name = f"L = {L}, d = {d}, V = {r['vocab']}, T = {T}"
+        try:
+            got = fn(L, d, r["vocab"], T)
+        except NotImplementedError:
+            return Outcome("not written", NOT_WRITTEN)
+        except Exception as e:  # noqa: BLE001 - the learner's error becomes a message, not a traceback
+            return outcome([{"case": name, "error": where_it_failed(e, fn.__code__.co_filename), "hint": HINT}],
+                           tol=0.0, what="", reference="")
+        if not isinstance(got, (int, float)):
+            return outcome([{"case": name, "error": f"return a number, got {type(got).__name__}"}], tol=0.0, what="",
+                           reference="")
+        off = abs(got / r["train"] - 1)
+        hint = f"{HINT} (you said {got:,.0f}, the counter {r['train']:,.0f})" if off > 1e-9 else HINT
+        results.append({"case": name, "difference": off, "hint": hint})
+    return outcome(results, tol=1e-9, what="your FLOPs per token", reference="FlopCounterMode's count",
+                   relative=True)
+
+
+def solution_source() -> str:
+    """The reference as the learner's cell would hold it."""
+    return inspect.getsource(reference).replace("def reference(", "def my_flops_per_token(")
+
+
+def show_solution() -> None:
+    """The reference solution, folded (open it once you have tried)."""
+    display(HTML(f"<details><summary>A solution</summary><pre>{html.escape(solution_source())}</pre></details>"))
