@@ -18,6 +18,7 @@ FRAMED = ("00_training_loop", "01_adamw_vs_adam_l2", "02_lr_schedules", "03_stab
           "10_tensor_parallel", "11_fault_tolerance",
           "12_compute_budget")
 PARAGRAPH_WORDS, BULLET_WORDS = 80, 50
+MAX_TAKEAWAYS = 5
 # "the articles", "a source article", "the seeds" (sources the learner never sees); "the seed" of an RNG is fine
 INSIDER = re.compile(r"\b(the|a|this course's|our) (source )?articles?\b|\bsource articles?\b|\bthe seeds\b"
                      r"|\bseed (articles?|documents?|sources?)\b", re.I)
@@ -84,6 +85,9 @@ def test_a_framed_lesson_opens_with_goals_and_ends_with_takeaways_the_ledger_and
     assert not missing, f"{name}: no {missing}"
     assert md.index("Time") < md.index("## 1") < md.index("Key takeaways") < md.index("Try next")
     assert any("ledger.show()" in c for c in code), f"{name}: the ledger is not shown"
+    takeaways = md.split("## Key takeaways")[1].split("##")[0]
+    n = len(re.findall(r"^- ", takeaways, re.M))
+    assert 1 <= n <= MAX_TAKEAWAYS, f"{name}: {n} key takeaways (at most {MAX_TAKEAWAYS})"
 
 
 def test_the_rules_can_fail():

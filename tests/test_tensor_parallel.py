@@ -57,7 +57,7 @@ def test_mesh_sizes_must_multiply_to_the_world():
         check_mesh(2, 0, 1, 0)
 
 
-def test_planner_reproduces_the_published_cases():
+def test_planner_fits_and_ranks_layouts_with_the_published_pipeline_and_days_arithmetic():
     llama = plan.step_time(MODELS["405B"], H100, Layout(128, 8, 16), 2048)
     assert llama.bubble == pytest.approx(15 / 31) and llama.micro_batches == 16
     gpt3 = plan.step_time(MODELS["GPT-3 175B"], A100, Layout(8, 8, 16), 1536)
