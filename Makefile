@@ -37,18 +37,11 @@ smoke: $(STAMP) browser
 browser: $(STAMP)
 	$(PY) tests/jupyter_browser.py
 
-# Execute every notebook (PROFILE=auto by default; `make book PROFILE=smoke` for a quick one)
-# and render it to HTML in build/book/ (plotly.js embedded and MathJax copied beside the pages: they work offline).
-MATHJAX = $(shell $(PY) -c "import jupyter_server_mathjax, pathlib; print(pathlib.Path(jupyter_server_mathjax.__file__).parent / 'static')" 2>/dev/null)
+# Execute every notebook (PROFILE=auto by default; `make book PROFILE=smoke` for a quick one) and render it to HTML
+# in build/book/, with an index, the notation page and "Claims, measured"; offline (plotly.js embedded, MathJax
+# copied beside the pages). labtools/book.py; tests/test_book.py builds one lesson and opens it offline.
 book: $(STAMP)
-	mkdir -p build/book
-	rm -rf build/book/mathjax && cp -r $(MATHJAX) build/book/mathjax
-	set -e; for nb in notebooks/*.ipynb; do \
-	  name=$$(basename $$nb .ipynb); \
-	  LABTOOLS_STATIC=1 PLOTLY_RENDERER=plotly_mimetype+notebook $(VENV)/bin/papermill $$nb build/book/$$name.ipynb -p PROFILE $(PROFILE) --cwd notebooks; \
-	  $(VENV)/bin/jupyter nbconvert --to html --log-level WARN \
-	    --HTMLExporter.mathjax_url="mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe" build/book/$$name.ipynb; \
-	done
+	$(PY) -m labtools.book --profile $(PROFILE)
 	@echo "open build/book/*.html"
 
 # Training throughput of our GPT vs a reference implementation on this machine.
