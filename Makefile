@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv lab test smoke browser book bench clean
+.PHONY: venv lab test smoke browser book bench screenshot clean
 
 # (Re)install whenever the pinned requirements or the package metadata change.
 $(STAMP): requirements.txt pyproject.toml
@@ -43,6 +43,10 @@ browser: $(STAMP)
 book: $(STAMP)
 	$(PY) -m labtools.book --profile $(PROFILE)
 	@echo "open build/book/*.html"
+
+# The README's picture (docs/lesson.png): lesson 02's first panel, photographed by the browser test.
+screenshot: $(STAMP) browser
+	LAB_SCREENSHOT=$(CURDIR)/docs/lesson.png $(PY) -m pytest -q tests/test_browser.py -k 02_lr_schedules
 
 # Training throughput of our GPT vs a reference implementation on this machine.
 bench: $(STAMP)

@@ -52,6 +52,19 @@ EXERCISES = {"00_training_loop": "lessons.training_loop.adamw_exercise",
              "07_data_parallel": "lessons.data_parallel.ring_exercise"}
 
 
+# `make screenshot`: the README's picture, taken by this test (the lesson's first panel, exercise done).
+SCREENSHOT_ENV, SCREENSHOT_LESSON = "LAB_SCREENSHOT", "02_lr_schedules"
+
+
+def photograph(page, out: Path) -> None:
+    """The first panel of the lesson, figure drawn, as a PNG (a learner's view of a lesson)."""
+    panel = page.locator(".jp-Notebook .jp-Cell").filter(has=page.locator(".lab-panel")).first
+    panel.scroll_into_view_if_needed()
+    page.wait_for_timeout(1000)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    panel.screenshot(path=str(out))
+
+
 def solution(lesson: str) -> str:
     return importlib.import_module(EXERCISES[lesson]).solution_source()
 
@@ -101,6 +114,8 @@ def drive(server: JupyterLab, page, name: str, screenshot: bool = True) -> dict:
         if seen["lesson"] in EXERCISES:
             seen["exercise"] = fill_exercise(page, solution(seen["lesson"]), EXERCISE_TIMEOUT_S)
             stage("exercise")
+        if os.environ.get(SCREENSHOT_ENV) and seen["lesson"] == SCREENSHOT_LESSON:
+            photograph(page, Path(os.environ[SCREENSHOT_ENV]))
         failed = seen["errors"] or seen["problems"] or any(p["error"] or p["changed_ms"] is None
                                                            for p in seen["panels"])
         if failed and screenshot:
