@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 from labtools.claims import LEGEND, read_ledgers
@@ -29,6 +30,22 @@ def mathjax_dir() -> Path:
     return Path(jupyter_server_mathjax.__file__).parent / "static"
 
 
+@contextmanager
+def _environ(**values):
+    """Set environment variables for the kernels started inside, and restore them after: a caller's later kernels
+    (the browser test's JupyterLab) must not inherit the book's static rendering."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def render(lesson: str, out: Path, profile: str) -> Path:
     """Execute notebooks/<lesson>.ipynb at `profile` into out/<lesson>.ipynb and render out/<lesson>.html."""
     import papermill as pm
@@ -37,10 +54,10 @@ def render(lesson: str, out: Path, profile: str) -> Path:
     src = NOTEBOOKS / f"{lesson}.ipynb"
     if not src.exists():
         raise FileNotFoundError(f"no lesson {lesson!r}: expected {src}")
-    os.environ.update(LABTOOLS_STATIC="1", PLOTLY_RENDERER="plotly_mimetype+notebook")  # the kernel inherits them
     executed = out / f"{lesson}.ipynb"
-    pm.execute_notebook(str(src), str(executed), parameters={"PROFILE": profile}, cwd=str(NOTEBOOKS),
-                        kernel_name="python3", progress_bar=False)
+    with _environ(LABTOOLS_STATIC="1", PLOTLY_RENDERER="plotly_mimetype+notebook"):  # the kernel inherits them
+        pm.execute_notebook(str(src), str(executed), parameters={"PROFILE": profile}, cwd=str(NOTEBOOKS),
+                            kernel_name="python3", progress_bar=False)
     body, _ = HTMLExporter(mathjax_url=MATHJAX_URL).from_filename(str(executed))
     page = out / f"{lesson}.html"
     page.write_text(body)

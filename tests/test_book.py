@@ -3,6 +3,7 @@ its page, the index, the notation page and "Claims, measured" with every request
 the figures draw and the maths is typeset offline, the index links the page, the claims page lists the lesson's
 outside statements with their verdicts."""
 
+import os
 import secrets
 
 import pytest
@@ -17,7 +18,11 @@ LESSON = "06_memory_budget"
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("book")
-    return out, book.build([LESSON], out, profile="smoke")
+    before = {k: os.environ.get(k) for k in ("LABTOOLS_STATIC", "PLOTLY_RENDERER")}
+    built = book.build([LESSON], out, profile="smoke")
+    # the browser test runs after this one in the same process: its JupyterLab must not inherit static rendering
+    assert {k: os.environ.get(k) for k in before} == before
+    return out, built
 
 
 def offline(page) -> list[str]:
