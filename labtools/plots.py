@@ -6,6 +6,7 @@
     timeline(intervals)                a Gantt chart: what each rank did when (pipeline schedules)
 """
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -63,6 +64,33 @@ def subplots(rows: int, cols: int, titles: Sequence[str] = (), *, title: str | N
     """make_subplots with the lab's look; kw goes to make_subplots (shared_yaxes, specs, …)."""
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles) or None, **kw)
     return style(fig, title, height=height, legend=legend)
+
+
+def marked_line(fig: go.Figure, *, x: float | None = None, y: float | None = None, text: str = "", log: bool = False,
+                end: str = "high", row: int | None = None, col: int | None = None, line: dict | None = None,
+                **annotation) -> go.Figure:
+    """A vertical (x=) or horizontal (y=) line with its label, also on a log axis: there plotly reads an annotation's
+    position as log10 of the value, and add_vline/add_hline(annotation_text=...) pass the value itself, which puts
+    the label at 10^value (off the chart). `log`: the line's axis is logarithmic; `end`: the label at the line's
+    "high" end (top, right) or "low" end (bottom, left)."""
+    if end not in ("high", "low"):
+        raise ValueError(f"end must be 'high' or 'low', got {end!r}")
+    if (x is None) == (y is None):
+        raise ValueError("give exactly one of x (a vertical line) or y (a horizontal line)")
+    line = dict(color="black", dash="dash") | (line or {})
+    if x is not None:
+        fig.add_vline(x=x, line=line, row=row, col=col)
+    else:
+        fig.add_hline(y=y, line=line, row=row, col=col)
+    if text:
+        at = math.log10(x if x is not None else y) if log else (x if x is not None else y)
+        high = end == "high"
+        where = (dict(x=at, y=1.0 if high else 0.0, yref="y domain", yanchor="top" if high else "bottom",
+                      xanchor="left") if x is not None else
+                 dict(x=1.0 if high else 0.0, y=at, xref="x domain", xanchor="right" if high else "left",
+                      yanchor="bottom"))
+        fig.add_annotation(text=text, showarrow=False, row=row, col=col, **(where | annotation))
+    return fig
 
 
 def loss_curves(runs: Mapping[str, "History"], *, floor: float | None = None, floor_label: str = "entropy floor",

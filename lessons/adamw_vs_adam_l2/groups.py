@@ -100,7 +100,7 @@ def figure(runs: dict[str, History]) -> go.Figure:
         fig.add_trace(go.Scatter(x=h.extra["probe_step"], y=[d[r] for d in h.extra["amplification"]], mode="lines",
                                  name=f"{r} · AdamL2 A", legendgroup=r, showlegend=False,
                                  line=dict(color=plots.color(i), dash="dash")), row=1, col=2)
-    fig.add_hline(y=1.0, line=dict(color="black", dash="dot"), annotation_text="AdamW (A = 1)", row=1, col=2)
+    plots.marked_line(fig, y=1.0, text="AdamW (A = 1)", log=True, row=1, col=2, line=dict(dash="dot"))
     fig.update_yaxes(type="log", title_text="A = Σθ²/(√v̂+ε) / Σθ²", row=1, col=2)
     fig.update_yaxes(title_text="‖θ‖", row=1, col=1)
     fig.update_xaxes(title_text="step")

@@ -32,15 +32,9 @@ def figure(save_s: float, mtbf_h: float, interval_min: float, restart_min: float
                                  line=dict(color=plots.color(i))))
     best = young_interval(save_s, mtbf)
     mine = waste(interval_min * 60, save_s, mtbf, restart_min * 60)
-    # Labels as annotations of their own: on a log axis plotly reads an annotation's x as log10 of the value, and
-    # add_vline(annotation_text=...) passes the value itself (its label lands at 10^value).
-    fig.add_vline(x=best / 60, line=dict(color="black", dash="dash"))
-    fig.add_annotation(x=math.log10(best / 60), y=1.0, yref="paper", text=f"√(2δ·MTBF) = {best / 60:.1f} min",
-                       showarrow=False, xanchor="left", yanchor="top")
-    fig.add_vline(x=interval_min, line=dict(color="crimson"))
-    fig.add_annotation(x=math.log10(interval_min), y=0.0, yref="paper", showarrow=False, xanchor="left",
-                       yanchor="bottom", text=f"yours: {100 * sum(mine.values()):.1f}% wasted",
-                       font=dict(color="crimson"))
+    plots.marked_line(fig, x=best / 60, text=f"√(2δ·MTBF) = {best / 60:.1f} min", log=True)
+    plots.marked_line(fig, x=interval_min, text=f"yours: {100 * sum(mine.values()):.1f}% wasted", log=True,
+                      end="low", line=dict(color="crimson", dash="solid"), font=dict(color="crimson"))
     plots.style(fig, f"Expected waste, δ = {save_s:g} s, MTBF = {mtbf_h:g} h", "checkpoint interval (min)",
                 "% of the run's time")
     fig.update_xaxes(type="log")

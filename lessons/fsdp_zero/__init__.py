@@ -3,6 +3,7 @@
 The settings of notebooks/08_fsdp_zero.ipynb. One module per section:
 
     sharding.py     what each rank holds under each strategy, measured and predicted
+    picture.py      the picture of it: ranks × parameters, gradients, optimizer state
     fsdp1.py        the same with FSDP1's sharding strategies
     traffic.py      what sharding sends
     equivalence.py  FSDP trains like DDP

@@ -13,23 +13,6 @@ def run(S: Settings, world: int) -> list[dict]:
     return launch(ranks.sharding, world, S, desc=f"sharding × {world}", timeout_s=TIMEOUT_S)
 
 
-def figure(results: dict[int, list[dict]]) -> go.Figure:
-    worlds = list(results)
-    fig = plots.subplots(1, len(worlds), [f"{w} ranks (rank 0)" for w in worlds], height=430,
-                         legend=dict(orientation="h", y=-0.25))
-    names = [s.short for s in STRATEGIES]
-    for col, w in enumerate(worlds, 1):
-        r0 = results[w][0]
-        for i, (key, label) in enumerate((("params", "parameters at rest"),
-                                          ("held_after_forward", "parameters held fwd→bwd"),
-                                          ("grads", "gradients"), ("optimizer", "optimizer state"))):
-            fig.add_trace(go.Bar(x=names, y=[r0[s][key] / 2**10 for s in STRATEGIES], name=label,
-                                 marker_color=plots.color(i), showlegend=col == 1), row=1, col=col)
-    fig.update_yaxes(title_text="KiB on this rank", row=1, col=1)
-    fig.update_layout(barmode="group")
-    return fig
-
-
 def prediction_table(results: dict[int, list[dict]]) -> go.Figure:
     rows = []
     for w, res in results.items():

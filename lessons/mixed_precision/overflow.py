@@ -93,7 +93,7 @@ def figure(sweep: dict[float, dict], k: float) -> go.Figure:
     names = list(r["fp32"]["acts"])
     fig = go.Figure(go.Bar(x=names, y=[r["fp32"]["acts"][n] for n in names], name="largest |activation| (fp32)",
                            marker_color=plots.color(0)))
-    fig.add_hline(y=FORMATS["fp16"].max, line=dict(color="red", dash="dash"), annotation_text="fp16 max 65504")
+    plots.marked_line(fig, y=FORMATS["fp16"].max, text="fp16 max 65504", log=True, line=dict(color="red"))
     def verdict_of(p):
         first = r[p]["first_nonfinite"]
         return f"{p}: loss {r[p]['loss']:.4g}" + (f" (first non-finite: {first})" if first else "")

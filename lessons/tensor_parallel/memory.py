@@ -25,11 +25,13 @@ def figure(rows: list[tuple]) -> go.Figure:
     fig = go.Figure()
     for i, variant in enumerate(("none", "tp", "tp+sp")):
         sel = [r for r in rows if r[1] == variant]
-        fig.add_trace(go.Bar(x=[f"tp = {r[0]}" for r in sel], y=[r[2] / 2**20 for r in sel],
-                             name=f"{variant}, measured", marker_color=plots.color(i)))
-        fig.add_trace(go.Scatter(x=[f"tp = {r[0]}" for r in sel], y=[r[3] / 2**20 for r in sel], mode="markers",
-                                 name="predicted", showlegend=i == 0,
-                                 marker=dict(color="black", symbol="line-ew-open", size=28, line=dict(width=3))))
+        x = [f"tp = {r[0]}" for r in sel]
+        fig.add_trace(go.Bar(x=x, y=[r[2] / 2**20 for r in sel], name=f"{variant}, measured", offsetgroup=variant,
+                             marker_color=plots.color(i)))
+        # the prediction as an outline over its own bar: the same offsetgroup puts it exactly there
+        outline = dict(color="rgba(0,0,0,0)", line=dict(color="black", width=2))
+        fig.add_trace(go.Bar(x=x, y=[r[3] / 2**20 for r in sel], name="predicted (outline)", offsetgroup=variant,
+                             showlegend=i == 0, legendgroup="predicted", marker=outline))
     return plots.style(fig, "Activations saved for backward, per rank (one forward of the whole GPT)", "",
                        "MiB", barmode="group")
 
