@@ -247,6 +247,32 @@ def test_lesson_04_scaler_update_solution_passes_and_forgetting_the_reset_fails_
     assert out.status == "fail" and "ten clean steps" in out.message
 
 
+
+def test_lesson_04_replay_puts_a_right_rule_on_the_runs_scale_and_names_the_step_a_wrong_one_leaves_it():
+    from types import SimpleNamespace
+
+    from lessons.mixed_precision import scaler_exercise
+    from lessons.mixed_precision.loss_scaling import Recipe
+
+    skipped = [False] * 5 + [True] + [False] * 6 + [True, True] + [False] * 4
+    scale, clean, scales = 2.0**16, 0, []
+    for k in skipped:  # the scale before each step, as the lab's DynamicLossScaler logs it
+        scales.append(scale)
+        scale, clean = scaler_exercise.reference(scale, clean, k, 3)
+    runs = {Recipe.FP16_DYNAMIC: SimpleNamespace(step=list(range(1, 19)), loss_scale=scales, skipped=skipped)}
+    S = SimpleNamespace(growth_interval=3)
+    out = scaler_exercise.replay(scaler_exercise.reference, runs, S)
+    assert out.passed and "all 18 steps" in out.message and "3 overflows" in out.message
+
+    def no_reset(scale, clean_steps, found_inf, growth_interval):
+        if found_inf:
+            return scale * 0.5, clean_steps
+        clean_steps += 1
+        return (scale * 2.0, 0) if clean_steps % growth_interval == 0 else (scale, clean_steps)
+
+    out = scaler_exercise.replay(no_reset, runs, S)
+    assert out.status == "fail" and "from step 8 your scale differs" in out.message, out.message
+
 def test_lesson_05_block_bytes_solution_passes_and_miscounting_a_half_fails_with_the_bytes():
     from lessons.activation_checkpointing import block_exercise
 
@@ -460,9 +486,10 @@ def test_every_lessons_exercise_reports_an_unfilled_stub_as_not_written_and_runs
         "zero_exercise": lambda m, f: m.check_zero(f), "partition_exercise": lambda m, f: m.check_partition(f, {}),
         "order_exercise": lambda m, f: m.check_order(f, {}), "shard_exercise": lambda m, f: m.check_shards(f),
         "save_exercise": lambda m, f: m.check_save(f, tmp_path), "flops_exercise": lambda m, f: m.check_flops(f, []),
+        "intensity_exercise": lambda m, f: m.check_intensity(f, {"ops": [], "ridge": 1.0}),
         "ring_exercise": lambda m, f: m.check(f, data_parallel.settings("smoke")),
     }
-    assert len(EXERCISES) == 13
+    assert len(EXERCISES) == 14
     for lesson, name in EXERCISES.items():
         module = importlib.import_module(name)
         out = checks[name.rsplit(".", 1)[1]](module, _stub_of(module))

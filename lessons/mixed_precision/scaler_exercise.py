@@ -5,9 +5,11 @@ import html
 import inspect
 import math
 
+import plotly.graph_objects as go
 import torch
 from IPython.display import HTML, display
 
+from labtools import plots
 from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, where_it_failed
 
 INIT_SCALE = 2.0**16
@@ -52,8 +54,8 @@ def reference(scale, clean_steps, found_inf, growth_interval):
     return scale, clean_steps
 
 
-def learner_scales(fn, found_inf: list[bool], growth_interval: int) -> list[float]:
-    scale, clean, scales = INIT_SCALE, 0, []
+def learner_scales(fn, found_inf: list[bool], growth_interval: int, init_scale: float = INIT_SCALE) -> list[float]:
+    scale, clean, scales = init_scale, 0, []
     for inf in found_inf:
         out = fn(scale, clean, inf, growth_interval)
         if not (isinstance(out, tuple) and len(out) == 2):
@@ -91,6 +93,39 @@ def check_update(fn) -> Outcome:
             break
         results.append({"case": name, "difference": 0.0})
     return outcome(results, tol=0.0, what="your scaler update", reference="torch.amp.GradScaler's scale, step by step,")
+
+
+def replay(fn, runs: dict, S) -> Outcome:
+    """Your update rule in the real run: the dynamic fp16 run's overflows (the steps it skipped), fed through your
+    function from the run's first scale, drawn beside the scale the run used (the lab's DynamicLossScaler)."""
+    from lessons.mixed_precision.loss_scaling import Recipe  # here, so the exercise cell imports no training code
+    h = runs[Recipe.FP16_DYNAMIC]
+    fig = go.Figure(go.Scatter(x=h.step, y=h.loss_scale, mode="lines", name="the run's scale (DynamicLossScaler)",
+                               line=dict(color="black", width=4)))
+    result = Outcome("not written", NOT_WRITTEN)
+    if not is_stub(fn):
+        try:
+            mine = [h.loss_scale[0]] + learner_scales(fn, h.skipped[:-1], S.growth_interval, h.loss_scale[0])
+        except NotImplementedError:
+            mine = None
+        except Exception as e:  # noqa: BLE001 - the learner's error becomes a message, not a traceback
+            mine, result = None, Outcome("fail", where_it_failed(e, fn.__code__.co_filename))
+        if mine is not None:
+            fig.add_trace(go.Scatter(x=h.step, y=mine, mode="lines", name="your update rule",
+                                     line=dict(color=plots.color(1), dash="dash")))
+            wrong = next((i for i, (a, b) in enumerate(zip(mine, h.loss_scale)) if a != b), None)
+            result = (Outcome("pass", f"your update rule gives the run's scale at all {len(h.step)} steps "
+                                      f"({sum(h.skipped)} overflows, {h.loss_scale[0]:g} → {h.loss_scale[-1]:g})", 0.0)
+                      if wrong is None else
+                      Outcome("fail", f"from step {h.step[wrong]} your scale differs from the run's: "
+                                      f"2^{_log2(mine[wrong])} vs 2^{_log2(h.loss_scale[wrong])}"))
+    skipped = [s for s, k in zip(h.step, h.skipped) if k]
+    fig.add_trace(go.Scatter(x=skipped, y=[h.loss_scale[s - h.step[0]] for s in skipped], mode="markers",
+                             name="overflow: step skipped", marker=dict(color="red", symbol="x", size=9)))
+    fig.update_yaxes(type="log")
+    plots.style(fig, "Your scaler on the run's overflows", "step", "scale S", height=340)
+    display(fig)
+    return result
 
 
 def _log2(x: float) -> str:
