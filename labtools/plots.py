@@ -63,7 +63,10 @@ def subplots(rows: int, cols: int, titles: Sequence[str] = (), *, title: str | N
              legend: str | dict = "below", **kw) -> go.Figure:
     """make_subplots with the lab's look; kw goes to make_subplots (shared_yaxes, specs, …)."""
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles) or None, **kw)
-    return style(fig, title, height=height, legend=legend)
+    style(fig, title, height=height, legend=legend)
+    if title and titles:  # room for the figure's title above the subplots' own
+        fig.update_layout(margin_t=90, height=height + 40)
+    return fig
 
 
 def marked_line(fig: go.Figure, *, x: float | None = None, y: float | None = None, text: str = "", log: bool = False,

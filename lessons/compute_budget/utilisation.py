@@ -1,6 +1,5 @@
 """Lesson 12, section 2: this machine's matmul peak, and a step's model and hardware FLOP utilisation."""
 
-import math
 import statistics
 import time
 
@@ -8,7 +7,7 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from labtools import plots
+from labtools import plots, profiling
 from labtools.claims import Findings, Ledger, between
 from labtools.device import pick_device
 from labtools.progress import progress
@@ -19,25 +18,7 @@ from lessons.compute_budget.flops import counted_flops
 def matmul_peak(S: Settings) -> dict[str, dict]:
     """Achieved FLOP/s of n×n matrix products, fp32 and bf16, best over sizes and repeats: the 'peak' MFU is
     measured against here (a vendor's peak on a GPU; a CPU has no honest published one)."""
-    dev = pick_device()
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    out = {}
-    for name, dtype in progress((("fp32", torch.float32), ("bf16", torch.bfloat16)), desc="matmul peak"):
-        rates = {}
-        for n in S.matmul_sizes:
-            a = torch.randn(n, n, device=dev).to(dtype)
-            b = torch.randn(n, n, device=dev).to(dtype)
-            a @ b
-            best = math.inf
-            for _ in range(3):
-                sync()
-                t0 = time.perf_counter()
-                a @ b
-                sync()
-                best = min(best, time.perf_counter() - t0)
-            rates[n] = 2 * n**3 / best
-        out[name] = {"by_size": rates, "peak": max(rates.values())}
-    return out
+    return profiling.matmul_peak(S.matmul_sizes, pick_device(), (("fp32", torch.float32), ("bf16", torch.bfloat16)))
 
 
 def run(S: Settings, peak: dict) -> dict:

@@ -1,0 +1,73 @@
+"""Lesson 13, your turn: the arithmetic intensity of a matrix product, checked against the FLOPs and bytes that
+section 2 read off every matrix product of a real training step, and a bf16 case."""
+
+import html
+import inspect
+
+from IPython.display import HTML, display
+
+from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, where_it_failed
+
+HINT = ("FLOPs: one multiply and one add for each of the m·n outputs' k terms, 2·m·k·n; bytes: each of the three "
+        "matrices (m×k, k×n and the m×n result) once, times the bytes per element")
+
+
+def reference(m, k, n, bytes_per_element):
+    """FLOPs per byte moved of an (m×k) @ (k×n) product, reading both inputs and writing the output once."""
+    flops = 2 * m * k * n
+    moved = bytes_per_element * (m * k + k * n + m * n)
+    return flops / moved
+
+
+def cases(roof: dict) -> list[dict]:
+    """The step's plain matrix products (aten mm, two 2-d inputs) with the intensity section 2 measured for each,
+    and a bf16 product from the formula."""
+    out = []
+    for g in roof["ops"]:
+        if g["name"] != "mm":
+            continue
+        dims = [tuple(int(x) for x in s.split("×")) for s in g["shapes"].split(" · ")]
+        if len(dims) == 2 and all(len(d) == 2 for d in dims):
+            (m, k), (_, n) = dims
+            out.append({"case": f"{m}×{k} @ {k}×{n}, fp32", "args": (m, k, n, 4), "expected": g["intensity"]})
+    out.append({"case": "4096×4096 @ 4096×4096, bf16", "args": (4096, 4096, 4096, 2),
+                "expected": reference(4096, 4096, 4096, 2)})
+    return out
+
+
+def check_intensity(fn, roof: dict) -> Outcome:
+    """Your intensity against FLOPs ÷ bytes of each matrix product the step ran, and what it says about the ridge."""
+    if is_stub(fn):
+        return Outcome("not written", NOT_WRITTEN)
+    results = []
+    for c in cases(roof):
+        try:
+            got = fn(*c["args"])
+        except NotImplementedError:
+            return Outcome("not written", NOT_WRITTEN)
+        except Exception as e:  # noqa: BLE001 - the learner's error becomes a message, not a traceback
+            return outcome([{"case": c["case"], "error": where_it_failed(e, fn.__code__.co_filename), "hint": HINT}],
+                           tol=0.0, what="", reference="")
+        if not isinstance(got, (int, float)):
+            return outcome([{"case": c["case"], "error": f"return a number, got {type(got).__name__}"}], tol=0.0,
+                           what="", reference="")
+        off = abs(got / c["expected"] - 1)
+        results.append({"case": c["case"], "difference": off,
+                        "hint": f"{HINT} (you said {got:.3g} FLOPs per byte, the step's op {c['expected']:.3g})"})
+    verdict = outcome(results, tol=1e-9, what="your intensity", reference="FLOPs ÷ bytes of the step's matrix "
+                      "products", relative=True)
+    if not verdict.passed:
+        return verdict
+    lowest = min(fn(*c["args"]) for c in cases(roof)[:-1])
+    side = "right of" if lowest > roof["ridge"] else "not all right of"
+    return Outcome("pass", f"{verdict.message}; the lowest, {lowest:.1f} FLOPs per byte, is {side} this machine's "
+                           f"ridge at {roof['ridge']:.1f}", verdict.worst)
+
+
+def solution_source() -> str:
+    return inspect.getsource(reference).replace("def reference(", "def my_intensity(")
+
+
+def show_solution() -> None:
+    """The reference solution, folded (open it once you have tried)."""
+    display(HTML(f"<details><summary>A solution</summary><pre>{html.escape(solution_source())}</pre></details>"))
