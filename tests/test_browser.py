@@ -50,6 +50,7 @@ EXERCISES = {"00_training_loop": "lessons.training_loop.adamw_exercise",
              "11_fault_tolerance": "lessons.fault_tolerance.save_exercise",
              "12_compute_budget": "lessons.compute_budget.flops_exercise",
              "13_profiling": "lessons.profiling.intensity_exercise",
+             "14_context_parallel": "lessons.context_parallel.merge_exercise",
              "07_data_parallel": "lessons.data_parallel.ring_exercise"}
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import labtools.config
-from lessons import (activation_checkpointing, adamw_vs_adam_l2, compute_budget, data_parallel, fault_tolerance,
+from lessons import (activation_checkpointing, adamw_vs_adam_l2, compute_budget, context_parallel, data_parallel,
+                     fault_tolerance,
                      fsdp_zero, lr_schedules, memory_budget, mixed_precision, pipeline_parallel, profiling,
                      stability, tensor_parallel, training_loop)
 from lessons.activation_checkpointing import playground as checkpointing_playground
@@ -21,7 +22,7 @@ from lessons.training_loop import playground as size_playground
 
 LESSONS = (training_loop, adamw_vs_adam_l2, lr_schedules, stability, mixed_precision, activation_checkpointing,
            memory_budget, data_parallel, fsdp_zero, pipeline_parallel, tensor_parallel, fault_tolerance, compute_budget,
-           profiling)
+           profiling, context_parallel)
 
 
 def _checks(source: str, cls: str) -> list[tuple[str, str, str, str]]:

@@ -1,0 +1,91 @@
+"""Lesson 14, your turn: merge two partial attentions of the same queries over disjoint blocks of keys, using each
+block's output and log-sum-exp, checked against attention over all the keys at once (torch's
+scaled_dot_product_attention) and their log-sum-exp."""
+
+import html
+import inspect
+import math
+
+import torch
+import torch.nn.functional as F
+from IPython.display import HTML, display
+
+from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, where_it_failed
+
+HINT = ("each partial output is an average weighted by exp(score − lse) over its own keys; the total exp-sum is "
+        "exp(lse1) + exp(lse2), so lse = logaddexp(lse1, lse2), and each output counts with weight exp(lseᵢ − lse)")
+
+
+def reference(out1, lse1, out2, lse2):
+    """Two partial attentions of the same queries over disjoint keys, combined: (out, lse)."""
+    lse = torch.logaddexp(lse1, lse2)
+    return torch.exp(lse1 - lse) * out1 + torch.exp(lse2 - lse) * out2, lse
+
+
+def _partial(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1, keepdim=True)
+    return torch.nan_to_num(torch.exp(scores - lse)) @ v, lse
+
+
+def cases() -> list[dict]:
+    """(name, the two partials' arguments, attention over all keys and its lse, hint)."""
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for name, n1, n2, scale, masked, hint in (
+            ("two equal blocks", 6, 6, 1.0, False, HINT),
+            ("unequal blocks", 3, 9, 1.0, False, "weight each output by its block's share of the total exp-sum, "
+                                                  "not by its number of keys"),
+            ("large scores", 5, 7, 60.0, False, "exp(lse) overflows float32 here: never form it; use logaddexp "
+                                                "and exp(lseᵢ − lse)"),
+            ("a block some queries cannot see", 4, 4, 1.0, True, "a query that sees no key of a block has lse "
+                                                                 "−inf there: its weight must come out 0, not nan")):
+        q = torch.randn(1, 2, 5, 8, generator=g) * scale
+        k, v = torch.randn(1, 2, n1 + n2, 8, generator=g), torch.randn(1, 2, n1 + n2, 8, generator=g)
+        mask = torch.ones(5, n1 + n2, dtype=torch.bool)
+        if masked:
+            mask[:2, n1:] = False  # the first two queries see nothing of block 2
+        p1 = _partial(q, k[..., :n1, :], v[..., :n1, :], mask[:, :n1])
+        p2 = _partial(q, k[..., n1:, :], v[..., n1:, :], mask[:, n1:])
+        full = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        lse = torch.logsumexp((q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(~mask, float("-inf")), -1, True)
+        out.append({"case": name, "args": (*p1, *p2), "expected": (full, lse), "hint": hint})
+    return out
+
+
+def check_merge(fn) -> Outcome:
+    """Your merge of two partials against attention over all the keys at once, and its log-sum-exp."""
+    if is_stub(fn):
+        return Outcome("not written", NOT_WRITTEN)
+    results = []
+    for c in cases():
+        try:
+            got = fn(*c["args"])
+        except NotImplementedError:
+            return Outcome("not written", NOT_WRITTEN)
+        except Exception as e:  # noqa: BLE001 - the learner's error becomes a message, not a traceback
+            return outcome([{"case": c["case"], "error": where_it_failed(e, fn.__code__.co_filename),
+                             "hint": c["hint"]}], tol=0.0, what="", reference="")
+        if not (isinstance(got, tuple) and len(got) == 2 and all(torch.is_tensor(t) for t in got)):
+            return outcome([{"case": c["case"], "error": "return the pair (out, lse), both tensors"}], tol=0.0,
+                           what="", reference="")
+        if got[0].shape != c["expected"][0].shape or got[1].shape != c["expected"][1].shape:
+            return outcome([{"case": c["case"], "error": f"shapes {tuple(got[0].shape)} and {tuple(got[1].shape)}, "
+                             f"expected {tuple(c['expected'][0].shape)} and {tuple(c['expected'][1].shape)}"}],
+                           tol=0.0, what="", reference="")
+        d = max((a - b).abs().max().item() / max(1.0, b.abs().max().item()) if torch.isfinite(a).all() else math.inf
+                for a, b in zip(got, c["expected"]))  # relative to the largest value: lse runs to hundreds
+        results.append({"case": c["case"], "difference": d, "hint": c["hint"]})
+    return outcome(results, tol=1e-5, what="your merge", reference="attention over all the keys at once",
+                   relative=True)
+
+
+def solution_source() -> str:
+    return inspect.getsource(reference).replace("def reference(", "def my_merge(")
+
+
+def show_solution() -> None:
+    """The reference solution, folded (open it once you have tried)."""
+    display(HTML(f"<details><summary>A solution</summary><pre>{html.escape(solution_source())}</pre></details>"))

@@ -1,0 +1,131 @@
+"""Lesson 14's rank functions: ring attention on c ranks, contiguous and zig-zag, against one process's attention;
+its bytes counted and on the wire, its work and CPU time per rank, what it keeps for backward; and torch's own
+context_parallel, tried.
+
+Launched from notebooks/14_context_parallel.ipynb through lessons/context_parallel/, or by hand:
+
+    $ python -m labtools.parallel make-job lessons.context_parallel.ranks:lesson_run '{}' --run-dir RUN
+    $ torchrun --standalone --nproc-per-node 4 -m labtools.parallel.worker RUN/job.json
+"""
+
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from labtools.memory import saved_activations
+from labtools.parallel.comm import WireBytes
+from labtools.parallel.context import LAYOUTS, attend, block_attention, pieces, positions, ring_attention
+from labtools.parallel.toolkit import device, rank, report_progress, world_size
+from lessons.context_parallel import Settings
+
+
+def tensors(S: Settings) -> tuple[torch.Tensor, ...]:
+    """q, k, v and the loss's weights R (loss = Σ out · R), one sequence, the same on every rank."""
+    g = torch.Generator().manual_seed(S.seed)
+    shape = (1, S.heads, S.seq, S.head_dim)
+    return tuple(torch.randn(shape, generator=g).to(device()) for _ in range(4))
+
+
+def reference(S: Settings) -> dict[str, torch.Tensor]:
+    """One process's causal attention over the whole sequence: the output and the gradients of q, k, v."""
+    q, k, v, R = tensors(S)
+    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    (out * R).sum().backward()
+    return {"out": out.detach(), "q": q.grad, "k": k.grad, "v": v.grad}
+
+
+def _ring(S: Settings, layout: str, counter: dict | None) -> dict[str, torch.Tensor]:
+    q, k, v, R = tensors(S)
+    pos = positions(S.seq, world_size(), rank(), layout)
+    ql, kl, vl = (t[..., pos, :].clone().requires_grad_() for t in (q, k, v))
+    out = ring_attention(ql, kl, vl, pos, blocks=pieces(layout), counter=counter)
+    (out * R[..., pos, :]).sum().backward()
+    return {"out": out.detach(), "q": ql.grad, "k": kl.grad, "v": vl.grad}
+
+
+def _torch_cp(S: Settings, ref: dict) -> dict:
+    """torch's context_parallel on this backend: did it run, and if so how far from one process's output."""
+    try:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.experimental import context_parallel
+        from torch.distributed.tensor.experimental._context_parallel import context_parallel_unshard
+        mesh = init_device_mesh(device().type, (world_size(),))
+        q, k, v, _ = tensors(S)
+        with context_parallel(mesh, buffers=[q, k, v], buffer_seq_dims=[2, 2, 2]):
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        (out,) = context_parallel_unshard(mesh, [out], [2])
+        return {"ran": True, "max_diff": (out - ref["out"]).abs().max().item()}
+    except Exception as e:  # noqa: BLE001 - what fails here is the finding
+        return {"ran": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"}
+
+
+def _alone(S: Settings, layout: str) -> float:
+    """This rank's forward work (its ring steps' blocks, without the sends), timed while the other ranks wait:
+    ranks take turns, so none shares the CPU (4 ranks on 2 cores would otherwise time each other). Best of
+    S.rounds."""
+    q, k, v, _ = tensors(S)
+    c, blocks = world_size(), pieces(layout)
+    pos = positions(S.seq, c, rank(), layout)
+    ql = q[..., pos, :]
+    ring = []  # the key/value blocks in the order the ring brings them
+    for j in range(c):
+        kp = positions(S.seq, c, (rank() - j) % c, layout)
+        ring.append((k[..., kp, :], v[..., kp, :], kp))
+    best = float("inf")
+    for turn in range(c):
+        dist.barrier()
+        if turn != rank():
+            continue
+        with torch.no_grad():
+            for _ in range(S.rounds):
+                t0 = time.thread_time()  # CPU seconds of this thread: not the time others may take from it
+                acc = [None] * blocks
+                for kb, vb, kp in ring:
+                    acc = attend(ql, pos, blocks, kb, vb, kp, acc)
+                best = min(best, time.thread_time() - t0)
+    dist.barrier()
+    return best
+
+
+def lesson_run(S: Settings) -> dict:
+    """For each layout: parity with one process (output and gradients), bytes counted and on the wire for one
+    forward and backward, score entries, the forward's work timed rank by rank, bytes kept for backward; then
+    torch's context_parallel, tried."""
+    c, r = world_size(), rank()
+    ref = reference(S)
+    out = {"rank": r, "layouts": {}}
+    total = len(LAYOUTS) * (S.rounds + 2)
+    done = 0
+    for layout in LAYOUTS:
+        pos = positions(S.seq, c, r, layout)
+        counter: dict = {}
+        with WireBytes() as wire:
+            got = _ring(S, layout, counter)
+        diff = max((got[key] - ref[key][..., pos, :]).abs().max().item() for key in got)
+        q, k, v, _ = tensors(S)
+        ql, kl, vl = (t[..., pos, :].clone().requires_grad_() for t in (q, k, v))
+        saved, _ = saved_activations(lambda: ring_attention(ql, kl, vl, pos, blocks=pieces(layout)),
+                                     exclude=[ql, kl, vl])
+        done += 2
+        report_progress(done, total, f"{layout}: timing")
+        seconds = _alone(S, layout)
+        done += S.rounds
+        report_progress(done, total, f"{layout}: timed")
+        out["layouts"][layout] = {"positions": pos.tolist(), "max_diff": diff, "bytes": counter["bytes"],
+                                  "sends": counter["sends"], "wire": wire.bytes, "scores": counter["scores"],
+                                  "compute_s": seconds,
+                                  "saved": sum(t.nbytes for t in saved)}
+    out["torch_cp"] = _torch_cp(S, ref)
+    return out
+
+
+def one_process_saved(S: Settings) -> int:
+    """Bytes one process's written-out attention keeps for backward over the whole sequence (beyond q, k, v)."""
+    q, k, v, _ = tensors(S)
+    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+    pos = torch.arange(S.seq)
+    saved, _ = saved_activations(lambda: block_attention(q, k, v, pos, pos), exclude=[q, k, v])
+    return sum(t.nbytes for t in saved)

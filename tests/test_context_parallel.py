@@ -1,0 +1,70 @@
+"""Context parallelism (labtools.parallel.context, lesson 14): layouts, the online-softmax merge, ring attention on
+real ranks against one process, its bytes and its causal balance; the merge exercise."""
+
+import torch
+import torch.nn.functional as F
+
+from labtools.exercises import NOT_WRITTEN
+from labtools.parallel import launch
+from labtools.parallel.context import (block_attention, merge, positions, predicted_bytes, scores_per_rank,
+                                       segments)
+
+
+def test_every_position_is_held_by_exactly_one_rank_in_either_layout():
+    for layout in ("contiguous", "zigzag"):
+        for c in (1, 2, 4):
+            held = torch.cat([positions(32, c, r, layout) for r in range(c)])
+            assert sorted(held.tolist()) == list(range(32))
+    assert positions(16, 4, 1, "zigzag").tolist() == [2, 3, 12, 13]  # blocks 1 and 2c − 1 − 1 = 6 of 8
+    assert [(s.start, s.stop) for s in segments(4, 2)] == [(0, 2), (2, 4)]
+
+
+def test_blocks_merged_with_their_log_sum_exps_equal_attention_over_all_keys():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 12, 8, generator=g) for _ in range(3))
+    pos = torch.arange(12)
+    parts = [block_attention(q, k[..., a:b, :], v[..., a:b, :], pos, pos[a:b]) for a, b in ((0, 5), (5, 12))]
+    out, lse = merge(*parts[0], *parts[1])
+    assert torch.allclose(out, F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-6)
+    assert block_attention(q[..., :4, :], k[..., 8:, :], v[..., 8:, :], pos[:4], pos[8:]) is None  # all masked
+
+
+def test_ring_attention_on_four_ranks_equals_one_process_and_zigzag_evens_the_work():
+    from lessons.context_parallel import ranks, settings
+
+    S = settings("smoke", seq=64, rounds=1)
+    res = launch(ranks.lesson_run, 4, S, desc="ring attention × 4", show_progress=False)
+    for layout in ("contiguous", "zigzag"):
+        assert max(x["layouts"][layout]["max_diff"] for x in res) < 1e-5
+        assert all(x["layouts"][layout]["bytes"] == predicted_bytes(1, S.heads, 64, S.head_dim, 4) for x in res)
+    contiguous = [x["layouts"]["contiguous"]["scores"] for x in res]
+    zigzag = [x["layouts"]["zigzag"]["scores"] for x in res]
+    assert contiguous == [256, 512, 768, 1024]  # rank r computes r + 1 blocks of 16 × 16 scores
+    assert zigzag == [576] * 4  # 2c + 1 = 9 blocks of 8 × 8 each
+    assert contiguous == scores_per_rank(64, 4, "contiguous") and zigzag == scores_per_rank(64, 4, "zigzag")
+    # in total zig-zag computes less: its diagonal blocks are 8 × 8, so fewer masked scores are computed and dropped
+    assert sum(zigzag) < sum(contiguous)
+
+
+def test_lesson_14_merge_solution_passes_and_forming_the_exp_sums_fails_on_large_scores():
+    from lessons.context_parallel import merge_exercise
+
+    assert merge_exercise.check_merge(merge_exercise.reference).passed
+
+    def naive(out1, lse1, out2, lse2):
+        s = torch.exp(lse1) + torch.exp(lse2)
+        return (torch.exp(lse1) * out1 + torch.exp(lse2) * out2) / s, torch.log(s)
+
+    out = merge_exercise.check_merge(naive)
+    assert out.status == "fail" and "large scores" in out.message and "overflows" in out.message
+
+    def by_count(out1, lse1, out2, lse2):
+        return (out1 + out2) / 2, torch.logaddexp(lse1, lse2)
+
+    out = merge_exercise.check_merge(by_count)
+    assert out.status == "fail" and "two equal blocks" in out.message
+
+    def stub(out1, lse1, out2, lse2):
+        raise NotImplementedError
+
+    assert merge_exercise.check_merge(stub).message == NOT_WRITTEN
