@@ -29,7 +29,7 @@ from labtools.claims import KINDS, read_ledgers
 ROOT = Path(__file__).resolve().parents[1]
 # Lessons that read the loopback interface's byte counters run last, and not while another test process launches
 # ranks: tests/suite.py (make test) names a file in LABTOOLS_WAIT_FOR that appears when its unit tests are done.
-LOOPBACK = ("07_data_parallel", "08_fsdp_zero", "09_pipeline_parallel", "10_tensor_parallel")
+LOOPBACK = ("07_data_parallel", "08_fsdp_zero", "09_pipeline_parallel", "10_tensor_parallel", "14_context_parallel")
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"), key=lambda p: (p.stem in LOOPBACK, p.stem))
 WAIT_TIMEOUT_S = 1800
 ARTIFACTS = ROOT / "build" / "browser"

@@ -29,11 +29,14 @@ def test_blocks_merged_with_their_log_sum_exps_equal_attention_over_all_keys():
     assert block_attention(q[..., :4, :], k[..., 8:, :], v[..., 8:, :], pos[:4], pos[8:]) is None  # all masked
 
 
-def test_ring_attention_on_four_ranks_equals_one_process_and_zigzag_evens_the_work():
+def test_ring_attention_on_four_ranks_equals_one_process_and_zigzag_evens_the_work(session_run_root):
     from lessons.context_parallel import ranks, settings
+    from test_dist import wait_gone
 
     S = settings("smoke", seq=64, rounds=1)
     res = launch(ranks.lesson_run, 4, S, desc="ring attention × 4", show_progress=False)
+    # the ranks exit in the background once their results are in: gone before the next test looks for orphans
+    assert wait_gone(session_run_root) == []
     for layout in ("contiguous", "zigzag"):
         assert max(x["layouts"][layout]["max_diff"] for x in res) < 1e-5
         assert all(x["layouts"][layout]["bytes"] == predicted_bytes(1, S.heads, 64, S.head_dim, 4) for x in res)

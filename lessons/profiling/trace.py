@@ -5,6 +5,7 @@ from collections import defaultdict
 
 import plotly.graph_objects as go
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from labtools import plots, profiling
@@ -62,9 +63,11 @@ def run(S: Settings) -> dict:
             flops[op.kind] += op.flops
 
     events = prof.events()
-    spans, ops = [], []
+    spans, ops, kernels = [], [], []
     for e in events:
-        if e.name.startswith("step ") or e.name in PHASES:
+        if e.device_type == DeviceType.CUDA:  # a kernel on the GPU: drawn on its own row
+            kernels.append({"name": e.name, "start": e.time_range.start, "end": e.time_range.end})
+        elif e.name.startswith("step ") or e.name in PHASES:
             where = _phase(e) if e.name in PHASES else None
             spans.append({"name": e.name, "step": where[1] if where else int(e.name[5:]),
                           "start": e.time_range.start, "end": e.time_range.end})
@@ -90,6 +93,7 @@ def run(S: Settings) -> dict:
         top[o["name"]][1] += o["self_us"]
     return {"device": X.device.type, "steps": S.trace_steps, "wall_us": wall,
             "share": {k: busy[k] / wall for k in ROWS}, "flops": dict(flops), "spans": spans, "ops": ops,
+            "kernels": kernels,
             "top": sorted(([n, c // S.trace_steps, us / S.trace_steps / 1e3, us / wall]
                            for n, (c, us) in top.items()), key=lambda r: -r[2])}
 
@@ -116,8 +120,14 @@ def figure(tr: dict) -> go.Figure:
                                  marker=dict(color=COLORS[kind], line=dict(width=0)),
                                  customdata=[o["name"] for o in ops],
                                  hovertemplate="%{customdata}: %{x:.3f} ms<extra>" + kind + "</extra>"))
-    fig.update_yaxes(categoryorder="array", categoryarray=["other", "optimizer", "element-wise", "normalisation",
-                                                           "attention", "matrix products", "phase"])
+    ks = [k for k in tr["kernels"] if step["start"] <= k["start"] <= step["end"]]
+    if ks:  # on a GPU: the kernels the ops above launched, in device time
+        fig.add_trace(go.Bar(y=["GPU kernels"] * len(ks), x=[(k["end"] - k["start"]) / 1e3 for k in ks],
+                             base=[(k["start"] - t0) / 1e3 for k in ks], orientation="h", name="GPU kernels",
+                             marker=dict(color="#444444", line=dict(width=0)), customdata=[k["name"] for k in ks],
+                             hovertemplate="%{customdata}: %{x:.3f} ms<extra></extra>"))
+    fig.update_yaxes(categoryorder="array", categoryarray=["GPU kernels", "other", "optimizer", "element-wise",
+                                                           "normalisation", "attention", "matrix products", "phase"])
     plots.style(fig, f"One training step, traced (step {last + 1} of {tr['steps']}, {tr['device']}): ms from its start",
                 None, None, height=380, barmode="overlay", legend="below")
     return fig
