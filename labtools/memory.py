@@ -8,6 +8,7 @@ Measurement (any device):
                              parameters excluded); agrees with torch's MemTracker to a few bytes
     model_state_bytes        parameters, gradients and optimizer state, from the tensors themselves
     peak_bytes               the peak of one training step split by kind (torch's MemTracker; CPU and CUDA)
+    step_anatomy             what a training step holds at each of its moments, by kind (the same tracker)
     cuda_peak_bytes          the CUDA allocator's peak around a call
 
 Introduced in notebooks/05_activation_checkpointing.ipynb and notebooks/06_memory_budget.ipynb.
@@ -154,6 +155,44 @@ def peak_bytes(step: Callable[[], None], model: nn.Module, optimizer: torch.opti
     names = {"PARAM": "params", "GRAD": "grads", "ACT": "activations", "TEMP": "temp", "OPT": "optimizer"}
     out = {names[str(k).split(".")[-1]]: v for k, v in stats.items() if str(k).split(".")[-1] in names}
     out["total"] = stats["Total"]
+    return out
+
+
+ANATOMY = ("params", "grads", "optimizer", "activations", "temp")
+MOMENTS = ("start", "after forward", "after backward", "after optimizer step", "after zero_grad", "peak")
+
+
+def step_anatomy(model: nn.Module, optimizer: torch.optim.Optimizer, X: torch.Tensor, Y: torch.Tensor) -> dict:
+    """What one training step holds at each of its moments, by kind (torch's MemTracker, as peak_bytes): a warm-up
+    step first, so the optimizer's state exists, then {moment: {kind: bytes}} over the second, and its peak."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+    model(X, Y)[1].backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    tracker = MemTracker()
+    tracker.track_external(model, optimizer)
+    names = {"PARAM": "params", "GRAD": "grads", "ACT": "activations", "TEMP": "temp", "OPT": "optimizer"}
+
+    def snap(which: str) -> dict:
+        stats = next(v for k, v in tracker.get_tracker_snapshot(which).items()
+                     if torch.device(k).type == X.device.type)
+        out = {kind: 0 for kind in ANATOMY}
+        out.update({names[str(k).split(".")[-1]]: v for k, v in stats.items() if str(k).split(".")[-1] in names})
+        return out
+
+    out = {}
+    with tracker:
+        out["start"] = snap("current")
+        loss = model(X, Y)[1]
+        out["after forward"] = snap("current")
+        loss.backward()
+        del loss
+        out["after backward"] = snap("current")
+        optimizer.step()
+        out["after optimizer step"] = snap("current")
+        optimizer.zero_grad(set_to_none=True)
+        out["after zero_grad"] = snap("current")
+    out["peak"] = snap("peak")
     return out
 
 

@@ -15,12 +15,13 @@ at once and a new one runs (with a progress bar) and is kept.
 
 import asyncio
 import html
+import inspect
 import json
 import math
 import re
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import ipywidgets as W
 import plotly.graph_objects as go
@@ -177,11 +178,70 @@ def slider(value, lo, hi, step=None, description: str = "", log: bool = False, c
     return W.FloatSlider(value=value, min=lo, max=hi, step=step or (hi - lo) / 100, **common)
 
 
+def nice_values(lo: float, hi: float, include: Sequence[float] = (), steps=(1, 1.5, 2, 3, 5, 7)) -> list[float]:
+    """Round values from lo to hi, a few per decade (1, 1.5, 2, 3, 5, 7 × 10^k), with the lesson's own values
+    (`include`: GPT-3's 175 B, a measured save time) sorted in: a slider over them lands on each exactly."""
+    out = set(float(x) for x in include)
+    for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1):
+        for m in steps:
+            v = float(f"{m * 10.0**k:.6g}")
+            if lo <= v <= hi:
+                out.add(v)
+    return sorted(out)
+
+
+def label(x: float) -> str:
+    """A value as a learner reads it: 175, 15,600, 0.003, 3e-05."""
+    if x != 0 and (abs(x) < 1e-3 or abs(x) >= 1e7):
+        return f"{x:.3g}"
+    return f"{x:,.6g}" if abs(x) >= 1000 else f"{x:.6g}"
+
+
+def choice_slider(value: float, lo: float, hi: float, description: str, include: Sequence[float] = (),
+                  continuous: bool = True) -> W.SelectionSlider:
+    """A slider over nice_values(lo, hi) and the lesson's own values, starting at `value` exactly, its readout the
+    value as written (175, not 174.98): for log-scale quantities where a 0.1-decade step would miss them."""
+    options = nice_values(lo, hi, [value, *include])
+    return W.SelectionSlider(options=[(label(v), v) for v in options], value=float(value), description=description,
+                             continuous_update=continuous, style={"description_width": "initial"})
+
+
+def parse_number(text, name: str, *, integer: bool = False, lo: float | None = None, hi: float | None = None,
+                 finite: bool = True) -> float:
+    """A number typed in a box, or a ValueError that names the box as the learner sees it: "3.5" and "1e9" are
+    what they say; "abc", "1,5", "1e400" and, for a whole number, "3.5" are refused, never silently changed."""
+    s = str(text).strip().replace("_", "")
+    kind = "a whole number" if integer else "a number"
+    if "," in s:
+        raise ValueError(f"{name}: write {kind} without commas, got {text!r}")
+    try:
+        x = float(s)
+    except ValueError:
+        raise ValueError(f"{name}: {kind} is needed, got {text!r}") from None
+    if finite and not math.isfinite(x):
+        raise ValueError(f"{name}: a finite number is needed, got {text!r}")
+    if integer and x != int(x):
+        raise ValueError(f"{name}: a whole number is needed, got {text!r}")
+    if (lo is not None and x < lo) or (hi is not None and x > hi):
+        raise ValueError(f"{name} must be in [{label(lo) if lo is not None else '-inf'}, "
+                         f"{label(hi) if hi is not None else 'inf'}], got {text!r}")
+    return int(x) if integer else x
+
+
+def number_box(value: float, description: str) -> W.Text:
+    """A box for a typed number: the draw function parses it with parse_number, so bad input is named, not
+    changed."""
+    return W.Text(value=label(value).replace(",", ""), description=description,
+                  style={"description_width": "initial"}, continuous_update=False)
+
+
 def answer_check(expected: Mapping[str, float], rel: float = 0.01, unit: str = ""):
-    """An Exercise check: every answer within rel of its expected value (absolute rel below 1)."""
-    def check(answers: dict) -> tuple[bool, str]:
+    """An Exercise check: every answer within rel of its expected value (absolute rel below 1). labels: the
+    boxes' names as the learner sees them, used to say which answers are not yet right."""
+    def check(answers: dict, labels: Mapping[str, str] | None = None) -> tuple[bool, str]:
         wrong = [k for k, v in expected.items() if abs(answers.get(k, 0.0) - v) > rel * max(1.0, abs(v))]
-        return (not wrong, f"right (within {rel:.0%})" if not wrong else f"not yet: {', '.join(wrong)}{unit}")
+        names = [(labels or {}).get(k, k) for k in wrong]
+        return (not wrong, f"right (within {rel:.0%})" if not wrong else f"not yet: {', '.join(names)}{unit}")
     return check
 
 
@@ -195,16 +255,24 @@ class Exercise:
     def __init__(self, title: str, question: str, fields: Mapping[str, str],
                  check: Callable[[dict], tuple[bool, str]], solution: str):
         self.title, self.question, self.check, self.solution = title, question, check, solution
-        self.inputs = {key: W.FloatText(description=label, style={"description_width": "initial"})
-                       for key, label in fields.items()}
+        self.labels = dict(fields)
+        self.inputs = {key: W.Text(description=name, placeholder="a number", style={"description_width": "initial"})
+                       for key, name in fields.items()}
         self.result = W.HTML()
         self.revealed = W.Output()
 
     def answers(self) -> dict:
-        return {k: w.value for k, w in self.inputs.items()}
+        """The typed answers as numbers; a ValueError naming the box for one that is not a number."""
+        return {k: parse_number(w.value, self.labels[k]) for k, w in self.inputs.items()}
 
     def on_check(self, *_) -> tuple[bool, str]:
-        ok, message = self.check(self.answers())
+        try:
+            answers = self.answers()
+        except ValueError as e:
+            ok, message = False, str(e)
+        else:
+            takes_labels = "labels" in inspect.signature(self.check).parameters
+            ok, message = self.check(answers, labels=self.labels) if takes_labels else self.check(answers)
         color = "#1a7f37" if ok else "#cf222e"
         self.result.value = f"<span style='color:{color}'>{'✓' if ok else '✗'} {message}</span>"
         return ok, message

@@ -121,9 +121,18 @@ def test_the_calculator_panel_redraws_and_rejects_bad_values():
     panel.controls["mfu"].value = 0.2
     panel.redraw()
     assert panel.figure.layout.title.text != before
-    panel.controls["gpus"].value = 0
+    for typed, says in (("0", "GPUs must be in [1, inf]"), ("3.5", "GPUs: a whole number is needed"),
+                        ("abc", "GPUs: a whole number is needed"), ("1,024", "without commas")):
+        panel.controls["gpus"].value = typed
+        panel.redraw()
+        assert says in panel.status.value, (typed, panel.status.value)
+    panel.controls["gpus"].value = "1e4"  # 10,000 GPUs, as written
     panel.redraw()
-    assert "gpus" in panel.status.value
+    assert "10,000 GPUs" in panel.figure.layout.title.text
+    assert panel.controls["n_params_b"].value == 175.0 and panel.controls["n_params_b"].label == "175"
+    panel.controls["n_params_b"].value, panel.controls["tokens_b"].value = 405.0, 15_600.0  # Llama 3, exactly
+    panel.redraw()
+    assert "3.79e+25 FLOPs" in panel.figure.layout.title.text
 
 
 def test_settings_reject_bad_budgets_and_widths():

@@ -188,3 +188,21 @@ def test_zero3_counts_the_gathered_unit_from_the_shapes_or_says_it_does_not():
     assert "not counted" in estimate(n, zero_stage=3, dp=4).convention
     with pytest.raises(ValueError, match="whole_low_precision_grads"):
         estimate(n, zero_stage=3, whole_low_precision_grads=True)
+
+
+def test_a_steps_anatomy_shows_activations_come_and_go_and_sixteen_bytes_per_parameter():
+    from labtools.config import LabConfig, build_gpt
+    from labtools.data import text
+    from labtools.memory import MOMENTS, step_anatomy
+    corpus = text()
+    model = build_gpt(LabConfig(n_layer=2, n_embd=32, n_head=4, block_size=16, seed=0), corpus.vocab_size)
+    X, Y = corpus.batch("train", 4, 16, torch.Generator().manual_seed(0), torch.device("cpu"))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    a = step_anatomy(model, opt, X, Y)
+    assert list(a) == list(MOMENTS)
+    n = sum(p.numel() for p in model.parameters())
+    assert a["start"]["params"] == 4 * n and a["start"]["grads"] == 0 and a["start"]["activations"] == 0
+    assert a["after forward"]["activations"] > 10 * a["after backward"]["activations"]
+    assert a["after backward"]["grads"] == 4 * n and a["after zero_grad"]["grads"] == 0
+    assert abs(a["after optimizer step"]["optimizer"] - 8 * n) <= 8 * len(list(model.parameters()))  # + step counts
+    assert a["peak"]["activations"] >= a["after forward"]["activations"]

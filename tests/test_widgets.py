@@ -117,10 +117,14 @@ def test_exercise_checks_answers_and_reveals_the_solution(monkeypatch):
     from labtools.widgets import Exercise
     ex = Exercise("Sum", "What is 2 + 2?", {"x": "answer"},
                   check=lambda a: (a["x"] == 4, "right" if a["x"] == 4 else "try again"), solution="**4**")
-    ex.inputs["x"].value = 5
+    ex.inputs["x"].value = "5"
     assert ex.on_check() == (False, "try again") and "✗" in ex.result.value
-    ex.inputs["x"].value = 4
+    ex.inputs["x"].value = "4"
     assert ex.on_check()[0] and "✓" in ex.result.value
+    for typed in ("abc", "1,5", "1e400", ""):  # refused, naming the box: never read as 0 or 15
+        ex.inputs["x"].value = typed
+        ok, message = ex.on_check()
+        assert not ok and message.startswith("answer:") and repr(typed) in message, message
     ex.on_reveal()
     assert "**4**" in str(ex.revealed.outputs)
 
@@ -132,3 +136,35 @@ def test_answer_check_accepts_within_its_tolerance_only():
     ok, message = check({"a": 202.5, "b": 0.5})
     assert not ok and message == "not yet: a"
     assert not check({"b": 0.5})[0]  # a missing answer is wrong
+
+
+def test_answer_check_names_the_boxes_as_the_learner_sees_them():
+    from labtools.widgets import Exercise, answer_check
+    ex = Exercise("Volume", "How much?", {"gb": "GB sent per GPU", "s": "seconds"},
+                  check=answer_check({"gb": 280.0, "s": 1.0}), solution="")
+    ex.inputs["gb"].value, ex.inputs["s"].value = "100", "1"
+    assert ex.on_check() == (False, "not yet: GB sent per GPU")
+
+
+def test_typed_numbers_mean_what_they_say_or_are_refused_by_name():
+    import pytest
+    from labtools.widgets import parse_number
+    assert parse_number("3.5", "x") == 3.5 and parse_number("1e9", "GPUs", integer=True) == 1_000_000_000
+    assert parse_number(" 42 ", "n", integer=True) == 42 and parse_number("1e400", "x", finite=False) == float("inf")
+    for typed, integer, says in (("3.5", True, "whole number"), ("abc", False, "a number is needed"),
+                                 ("1,5", False, "without commas"), ("1e400", False, "finite"),
+                                 ("-5", True, "must be in [1, inf]")):
+        with pytest.raises(ValueError, match="^GPUs") as e:
+            parse_number(typed, "GPUs", integer=integer, lo=1)
+        assert says in str(e.value)
+
+
+def test_a_choice_slider_holds_the_lessons_own_values_exactly():
+    from labtools.widgets import choice_slider, nice_values
+    s = choice_slider(175.0, 0.1, 2000.0, "parameters (B)", include=(405,))
+    assert s.value == 175.0 and s.label == "175"
+    s.value = 405.0
+    assert s.label == "405"
+    assert nice_values(1, 10) == [1.0, 1.5, 2.0, 3.0, 5.0, 7.0, 10.0]
+    t = choice_slider(15_600.0, 1.0, 100_000.0, "tokens (B)")
+    assert t.label == "15,600"

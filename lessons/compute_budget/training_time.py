@@ -12,7 +12,7 @@ from labtools.compute import PUBLISHED, training_cost, training_days, training_f
 from labtools.config import derive
 from labtools.parallel import launch
 from labtools.plan import CLUSTERS
-from labtools.widgets import Exercise, Panel, answer_check, slider
+from labtools.widgets import Exercise, Panel, answer_check, choice_slider, number_box, parse_number, slider
 from lessons.compute_budget import CHINCHILLA_TOKENS_PER_PARAM, TIMEOUT_S, Settings, ranks
 from lessons.compute_budget.ranks import ScalingJob
 
@@ -59,6 +59,7 @@ def calculator_figure(n_params_b: float, tokens_b: float, gpus: int, gpu: str, m
                       dollars_per_gpu_hour: float) -> go.Figure:
     """Days against the number of GPUs for this run (6·N·D at the given MFU), the chosen point marked. (No dollar
     signs in a plotly title: two of them make it a LaTeX string, which JupyterLab's plotly drew as nothing.)"""
+    gpus = parse_number(gpus, "GPUs", integer=True, lo=1)
     cluster = CLUSTERS[gpu]
     flops = training_flops(n_params_b * 1e9, tokens_b * 1e9)
     seconds = training_seconds(flops, gpus, cluster.peak_flops, mfu)
@@ -79,9 +80,9 @@ def calculator_figure(n_params_b: float, tokens_b: float, gpus: int, gpu: str, m
 
 def calculator_panel() -> Panel:
     controls = {
-        "n_params_b": slider(175.0, 0.1, 2000.0, description="parameters (B)", log=True),
-        "tokens_b": slider(300.0, 1.0, 100_000.0, description="tokens (B)", log=True),
-        "gpus": W.IntText(value=1024, description="GPUs"),
+        "n_params_b": choice_slider(175.0, 0.1, 2000.0, "parameters (B)", include=(7, 8, 70, 405)),
+        "tokens_b": choice_slider(300.0, 1.0, 100_000.0, "tokens (B)", include=(1400, 15_600)),
+        "gpus": number_box(1024, "GPUs"),
         "gpu": W.Dropdown(options=list(CLUSTERS), value=list(CLUSTERS)[0], description="GPU"),
         "mfu": slider(0.4, 0.05, 1.0, 0.01, description="MFU"),
         "dollars_per_gpu_hour": slider(2.0, 0.5, 10.0, 0.1, description="USD / GPU-hour"),

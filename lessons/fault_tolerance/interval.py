@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 from labtools import plots
 from labtools.checkpoint import waste, young_interval
 from labtools.claims import Findings, Ledger, approx
-from labtools.widgets import Panel, slider
+from labtools.widgets import Panel, choice_slider, slider
 from lessons.fault_tolerance import CASES, HOUR, LLAMA3_MTBF_S
 
 
@@ -43,9 +43,9 @@ def figure(save_s: float, mtbf_h: float, interval_min: float, restart_min: float
 
 
 def panel(save_s: float) -> Panel:
-    controls = {"save_s": slider(round(save_s, 3), 0.01, 600.0, log=True, description="save time δ (s)"),
-                "mtbf_h": slider(3.0, 0.1, 200.0, log=True, description="MTBF (h)"),
-                "interval_min": slider(30.0, 0.1, 1440.0, log=True, description="interval (min)"),
+    controls = {"save_s": choice_slider(round(save_s, 3), 0.01, 600.0, "save time δ (s)"),
+                "mtbf_h": choice_slider(3.0, 0.1, 200.0, "MTBF (h)"),
+                "interval_min": choice_slider(30.0, 0.1, 1440.0, "interval (min)"),
                 "restart_min": slider(10.0, 0.0, 60.0, description="restart (min)")}
     return Panel(figure, controls, debounce_ms=0, title="How often to save")
 

@@ -5,7 +5,7 @@ import plotly.graph_objects as go
 
 from labtools import plots
 from labtools.schedules import SHAPES, bind, linear_warmup, warmup_cosine, warmup_linear, wsd
-from labtools.widgets import Panel, slider
+from labtools.widgets import Panel, choice_slider, slider
 
 
 def schedule_set(total: int, warmup_frac: float, min_ratio: float, stable_frac: float, shape: str) -> dict:
@@ -36,7 +36,7 @@ def panel(total: int = 1000) -> Panel:
     controls = {
         "total": slider(total, 100, 5000, 100, description="total steps"),
         "warmup_frac": slider(0.05, 0.0, 0.3, 0.01, description="warmup fraction"),
-        "peak_lr": slider(3e-3, 1e-5, 1e-1, 0.1, description="peak lr", log=True),
+        "peak_lr": choice_slider(3e-3, 1e-5, 1e-1, "peak lr", include=(6e-4,)),
         "min_ratio": slider(0.1, 0.0, 1.0, 0.05, description="min ratio"),
         "stable_frac": slider(0.8, 0.0, 0.95, 0.05, description="WSD stable fraction"),
         "shape": W.Dropdown(options=list(SHAPES), value="cosine", description="WSD decay"),

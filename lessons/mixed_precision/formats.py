@@ -2,14 +2,13 @@
 
 import math
 
-import ipywidgets as W
 import plotly.graph_objects as go
 import torch
 
 from labtools import plots
 from labtools.claims import Findings, Ledger, approx, is_true
 from labtools.precision import FORMATS, decompose
-from labtools.widgets import Panel
+from labtools.widgets import Panel, number_box, parse_number
 
 COMMONLY_QUOTED = {  # the figures tables usually give: largest value and decimal digits
     "fp32": (3.4e38, 7), "bf16": (3.39e38, 3), "fp16": (65504.0, 3), "fp8_e4m3": (448.0, 1), "fp8_e5m2": (57344.0, 1),
@@ -48,7 +47,8 @@ def range_figure() -> go.Figure:
     return fig
 
 
-def explorer_figure(x: float) -> go.Figure:
+def explorer_figure(x: float | str) -> go.Figure:
+    x = parse_number(x, "x", finite=False)  # "1e400" is inf, as float("1e400") is: every format overflows
     rows = []
     for name in FORMATS:
         d = decompose(x, name)
@@ -58,7 +58,7 @@ def explorer_figure(x: float) -> go.Figure:
 
 
 def explorer_panel() -> Panel:
-    return Panel(explorer_figure, {"x": W.FloatText(value=0.1, description="x")}, debounce_ms=0,
+    return Panel(explorer_figure, {"x": number_box(0.1, "x")}, debounce_ms=0,
                  title="Type a number")
 
 
