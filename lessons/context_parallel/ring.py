@@ -1,7 +1,10 @@
 """Lesson 14, sections 1-3: ring attention on c real ranks, contiguous and zig-zag, against one process: who
 computes which blocks, work and time per rank, bytes predicted, counted and on the wire, what each rank keeps."""
 
+import functools
+
 import ipywidgets as W
+import numpy as np
 import plotly.graph_objects as go
 
 from labtools import plots
@@ -18,37 +21,48 @@ def run(S: Settings) -> dict:
     return {"c": out, "one_process_saved": ranks.one_process_saved(S)}
 
 
-def _blocks(fig: go.Figure, c: int, layout: str, col: int) -> None:
+def _blocks(fig: go.Figure, c: int, layout: str, axis: str) -> None:
     """The causal attention matrix cut into 2c × 2c blocks (query block × key block), each coloured by the rank
     that computes it; the blocks above the diagonal are masked, and nobody computes them."""
     n = 2 * c
     owner = {p: r for r in range(c) for p in positions(n, c, r, layout).tolist()}  # 2c positions: one per block
-    z = [[owner[i] if j <= i else None for j in range(n)] for i in range(n)]
-    text = [[str(owner[i]) if j <= i and c <= 4 else "" for j in range(n)] for i in range(n)]
-    fig.add_trace(go.Heatmap(z=z, text=text, texttemplate="%{text}", zmin=0, zmax=c - 1, showscale=False,
+    z = np.full((n, n), np.nan)  # numpy, not nested lists: plotly validates it at once (the panel redraws c = 16)
+    for i in range(n):
+        z[i, :i + 1] = owner[i]
+    labels = dict(text=np.where(np.isnan(z), "", np.nan_to_num(z).astype(int).astype(str)), texttemplate="%{text}") \
+        if c <= 4 else {}
+    fig.add_trace(go.Heatmap(z=z, **labels, zmin=0, zmax=c - 1, showscale=False,
                              colorscale=[[k / max(c - 1, 1), plots.color(k)] for k in range(c)],
                              hovertemplate="query block %{y}, key block %{x}: rank %{z}<extra></extra>",
-                             xgap=1, ygap=1), row=1, col=col)
+                             xgap=1, ygap=1, xaxis=f"x{axis}", yaxis=f"y{axis}"))
 
 
-def layout_figure(c: int, s: int | None = None) -> go.Figure:
-    """Who computes which blocks of causal attention on c ranks, contiguous and zig-zag, and the score entries
-    each rank computes (labtools.parallel.context.scores_per_rank, what ring_attention counts when it runs)."""
-    s = s or 2 * c * 64
+@functools.cache
+def _layout_grid() -> go.Layout:
+    """The three panes' layout, made once: make_subplots alone costs more than a redraw may take."""
     fig = plots.subplots(1, 3, ["contiguous: rank of each block", "zig-zag: rank of each block",
-                                "score entries per rank"], height=380,
-                         title=f"Causal attention on c = {c} ranks", horizontal_spacing=0.08)
-    for col, layout in enumerate(LAYOUTS, 1):
-        _blocks(fig, c, layout, col)
-        work = scores_per_rank(s, c, layout)
-        fig.add_trace(go.Bar(x=list(range(c)), y=[w / max(work) for w in work], name=layout,
-                             marker_color=["#444444", "#bbbbbb"][col - 1]), row=1, col=3)
+                                "score entries per rank"], height=380, title="Causal attention",
+                         horizontal_spacing=0.08)  # a title, so room is left above the panes
     for col in (1, 2):
         fig.update_yaxes(autorange="reversed", title_text="query block" if col == 1 else None, row=1, col=col)
         fig.update_xaxes(title_text="key block", row=1, col=col)
     fig.update_xaxes(title_text="rank", row=1, col=3)
     fig.update_yaxes(title_text="÷ the busiest rank", range=[0, 1.05], row=1, col=3)
     fig.update_layout(barmode="group")
+    return fig.layout
+
+
+def layout_figure(c: int, s: int | None = None) -> go.Figure:
+    """Who computes which blocks of causal attention on c ranks, contiguous and zig-zag, and the score entries
+    each rank computes (labtools.parallel.context.scores_per_rank, what ring_attention counts when it runs)."""
+    s = s or 2 * c * 64
+    fig = go.Figure(layout=_layout_grid())
+    fig.update_layout(title=f"Causal attention on c = {c} ranks")
+    for col, layout in enumerate(LAYOUTS, 1):
+        _blocks(fig, c, layout, "" if col == 1 else str(col))
+        work = scores_per_rank(s, c, layout)
+        fig.add_trace(go.Bar(x=list(range(c)), y=[w / max(work) for w in work], name=layout,
+                             marker_color=["#444444", "#bbbbbb"][col - 1], xaxis="x3", yaxis="y3"))
     return fig
 
 
