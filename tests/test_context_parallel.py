@@ -71,3 +71,28 @@ def test_lesson_14_merge_solution_passes_and_forming_the_exp_sums_fails_on_large
         raise NotImplementedError
 
     assert merge_exercise.check_merge(stub).message == NOT_WRITTEN
+
+
+def test_lesson_14_a_merge_right_in_value_but_cut_from_autograd_fails_only_on_the_ranks(tmp_path, session_run_root):
+    import importlib.util
+
+    from lessons.context_parallel import merge_exercise, settings
+    from test_dist import wait_gone
+
+    module = tmp_path / "learner.py"  # the ranks rebuild the function from its source, as from a notebook cell
+    module.write_text("import torch\n\n" + merge_exercise.solution_source() + '''
+
+def my_detached_merge(out1, lse1, out2, lse2):
+    lse = torch.logaddexp(lse1, lse2).detach()  # the right values, but no gradient flows through the weights
+    return torch.exp(lse1 - lse) * out1 + torch.exp(lse2 - lse) * out2, lse
+''')
+    spec = importlib.util.spec_from_file_location("learner", module)
+    learner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(learner)
+    S = settings("smoke", seq=64)
+    assert merge_exercise.check_merge(learner.my_detached_merge).passed  # one process compares values only
+    out = merge_exercise.check_merge(learner.my_detached_merge, S)
+    assert out.status == "fail" and "inside ring attention on 2 ranks" in out.message, out.message
+    out = merge_exercise.check_merge(learner.my_merge, S)
+    assert out.passed and "on 2 real ranks" in out.message, out.message
+    assert wait_gone(session_run_root) == []

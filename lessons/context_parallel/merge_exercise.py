@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from IPython.display import HTML, display
 
-from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, where_it_failed
+from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, source_of, where_it_failed
 
 HINT = ("each partial output is an average weighted by exp(score − lse) over its own keys; the total exp-sum is "
         "exp(lse1) + exp(lse2), so lse = logaddexp(lse1, lse2), and each output counts with weight exp(lseᵢ − lse)")
@@ -55,8 +55,13 @@ def cases() -> list[dict]:
     return out
 
 
-def check_merge(fn) -> Outcome:
-    """Your merge of two partials against attention over all the keys at once, and its log-sum-exp."""
+RANKS = 2
+COLLECTIVE_TIMEOUT_S = 20  # a merge that fails on the ranks leaves its peers waiting: end them soon
+
+
+def check_merge(fn, S=None) -> Outcome:
+    """Your merge of two partials against attention over all the keys at once, and its log-sum-exp; then, given
+    the lesson's settings S, inside ring attention on real ranks against one process."""
     if is_stub(fn):
         return Outcome("not written", NOT_WRITTEN)
     results = []
@@ -78,8 +83,34 @@ def check_merge(fn) -> Outcome:
         d = max((a - b).abs().max().item() / max(1.0, b.abs().max().item()) if torch.isfinite(a).all() else math.inf
                 for a, b in zip(got, c["expected"]))  # relative to the largest value: lse runs to hundreds
         results.append({"case": c["case"], "difference": d, "hint": c["hint"]})
-    return outcome(results, tol=1e-5, what="your merge", reference="attention over all the keys at once",
-                   relative=True)
+    verdict = outcome(results, tol=1e-5, what="your merge", reference="attention over all the keys at once",
+                      relative=True)
+    if not verdict.passed or S is None:
+        return verdict
+    return _on_ranks(fn, S, verdict)
+
+
+def _on_ranks(fn, S, verdict: Outcome) -> Outcome:
+    import dataclasses
+
+    from labtools.parallel import RankFailed, launch
+    from lessons.context_parallel.ranks import MergeJob, merge_on_ranks
+    shared = {f.name: getattr(S, f.name) for f in dataclasses.fields(S) if f.init}
+    job = MergeJob(**shared, source=source_of(fn), name=fn.__name__)
+    try:
+        res = launch(merge_on_ranks, RANKS, job, collective_timeout_s=COLLECTIVE_TIMEOUT_S, timeout_s=None,
+                     desc=f"your merge × {RANKS}")
+    except RankFailed as e:
+        return Outcome("fail", f"on {RANKS} ranks the run stopped: {e.error.splitlines()[0][:200]}")
+    failed = next((r["error"] for r in res if r.get("error")), None)
+    if failed:
+        return Outcome("fail", f"inside ring attention on {RANKS} ranks: {failed}")
+    worst = max(r["difference"] for r in res)
+    if worst > 1e-5:
+        return Outcome("fail", f"inside ring attention on {RANKS} ranks the output or gradients differ from one "
+                               f"process's by {worst:.1e} — hint: {HINT}", worst)
+    return Outcome("pass", f"{verdict.message}; inside ring attention on {RANKS} real ranks, its output and "
+                           f"gradients equal one process's to {worst:.0e}", worst)
 
 
 def solution_source() -> str:

@@ -9,11 +9,13 @@ Launched from notebooks/14_context_parallel.ipynb through lessons/context_parall
 """
 
 import time
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from labtools.exercises import load_function, where_it_failed
 from labtools.memory import saved_activations
 from labtools.parallel.comm import WireBytes
 from labtools.parallel.context import LAYOUTS, attend, block_attention, pieces, positions, ring_attention
@@ -129,3 +131,35 @@ def one_process_saved(S: Settings) -> int:
     pos = torch.arange(S.seq)
     saved, _ = saved_activations(lambda: block_attention(q, k, v, pos, pos), exclude=[q, k, v])
     return sum(t.nbytes for t in saved)
+
+
+# --- your merge, inside ring attention on real ranks (the exercise of section 1) --------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class MergeJob(Settings):
+    """The lesson's settings and a learner's merge, sent as source."""
+    source: str = ""
+    name: str = "my_merge"
+
+
+def merge_on_ranks(job: MergeJob) -> dict:
+    """Ring attention with the learner's merge, both layouts, against one process: the largest difference of the
+    output and the gradients on this rank, or where the learner's code failed."""
+    try:
+        fn = load_function(job.source, job.name, {"torch": torch})
+    except Exception as e:  # noqa: BLE001 - the learner's cell does not compile: say so, on every rank alike
+        return {"error": where_it_failed(e, f"<your {job.name}>")}
+    ref, worst = reference(job), 0.0
+    for layout in LAYOUTS:
+        q, k, v, R = tensors(job)
+        pos = positions(job.seq, world_size(), rank(), layout)
+        ql, kl, vl = (t[..., pos, :].clone().requires_grad_() for t in (q, k, v))
+        try:
+            out = ring_attention(ql, kl, vl, pos, blocks=pieces(layout), merge_fn=fn)
+            (out * R[..., pos, :]).sum().backward()
+        except Exception as e:  # noqa: BLE001 - every rank runs the same code on the same shapes: all fail alike
+            return {"error": where_it_failed(e, f"<your {job.name}>")}
+        got = {"out": out.detach(), "q": ql.grad, "k": kl.grad, "v": vl.grad}
+        worst = max([worst] + [(got[key] - ref[key][..., pos, :]).abs().max().item() for key in got])
+    return {"difference": worst}
