@@ -102,3 +102,13 @@ def test_the_split_picture_draws_each_tensor_with_its_shape_on_one_rank():
     sp = texts(picture.figure(64, 256, 4, sequence_parallel=True))
     assert sp.count("x 64×64") == 4 and sp.count("y 64×64") == 4 and sp.count("gelu 256×64") == 4
     assert "all-gather" in sp and "reduce-scatter" in sp
+
+
+def test_the_planner_says_what_a_layout_needs_instead_of_dp_zero():
+    from labtools.plan import CLUSTERS
+    from lessons.tensor_parallel import planner
+    fig = planner.figure("GPT-3 175B", 64, 1536, 8, 16, 1, list(CLUSTERS)[0])
+    title = fig.layout.title.text
+    assert "needs 128 GPUs per model copy, more than 64" in title and "dp 0" not in title
+    fig = planner.figure("GPT-3 175B", 1024, 1536, 8, 16, 1, list(CLUSTERS)[0])
+    assert "dp 8 × tp 8 × pp 16" in fig.layout.title.text

@@ -83,8 +83,11 @@ def figure(model: str, gpus: int, batch: int, tp: int, pp: int, zero: int, clust
                              marker_color=plots.color(i + 1)), row=1, col=2)
     fig.update_layout(barmode="stack")
     fig.update_yaxes(autorange="reversed")
-    msg = (f"your layout dp {gpus // (tp * pp)} × tp {tp} × pp {pp}: "
-           + (f"{chosen.step_s:.1f} s/step, {chosen.memory.total / GB:.1f} GB" if chosen else "not possible here"))
+    if tp * pp > gpus:  # not "dp 0": say what the layout needs
+        msg = f"your tp {tp} × pp {pp} needs {tp * pp:,} GPUs per model copy, more than {gpus:,}"
+    else:
+        msg = (f"your layout dp {gpus // (tp * pp)} × tp {tp} × pp {pp}: "
+               + (f"{chosen.step_s:.1f} s/step, {chosen.memory.total / GB:.1f} GB" if chosen else "not possible here"))
     fig.update_layout(title=f"{model} on {gpus:,} GPUs, batch {batch}: fastest layouts first — {msg}")
     return fig
 
