@@ -166,13 +166,14 @@ class Ledger:
 
 
 class Findings(str):
-    """A section's results as markdown bullets: one statement each, result first (`.statements` keeps them)."""
+    """A section's results as markdown bullets: one statement each, result first (`.statements` keeps them), a
+    blank line between them, so each reads as its own short block."""
 
     statements: tuple[str, ...]
 
     def __new__(cls, statements):
         items = tuple(s.strip() for s in statements if s and s.strip())
-        obj = super().__new__(cls, "\n".join(f"- {s}" for s in items))
+        obj = super().__new__(cls, "\n\n".join(f"- {s}" for s in items))
         obj.statements = items
         return obj
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 from labtools.progress import progress
@@ -123,24 +124,6 @@ class Op:
     seconds: float
     counted: bool = False
 
-    @property
-    def intensity(self) -> float:
-        return self.flops / self.bytes if self.bytes else math.nan
-
-    @property
-    def flop_rate(self) -> float:
-        return self.flops / self.seconds if self.seconds > 0 else math.nan
-
-
-def _tensors(tree) -> list[torch.Tensor]:
-    out = []
-    for x in tree if isinstance(tree, (list, tuple)) else [tree]:
-        if isinstance(x, torch.Tensor):
-            out.append(x)
-        elif isinstance(x, (list, tuple)):
-            out.extend(_tensors(x))
-    return out
-
 
 class OpTimer(TorchDispatchMode):
     """Times every aten op that runs under it (synchronising a GPU around each), with its FLOPs and bytes.
@@ -160,7 +143,8 @@ class OpTimer(TorchDispatchMode):
         seconds = time.perf_counter() - t0
         name = op_name(str(func))
         if name not in FREE:
-            ins, outs = _tensors(list(args) + list(kwargs.values())), _tensors(out)
+            ins = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+            outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
             moved = sum(t.numel() * t.element_size() for t in ins + outs)
             packet = FORMULA_OF.get(func.overloadpacket, func.overloadpacket)
             counted = packet in flop_registry

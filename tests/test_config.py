@@ -84,4 +84,4 @@ def test_a_lesson_range_is_checked_by_the_shared_config_and_names_its_parameter(
 def test_findings_are_bullets_a_notebook_can_display_as_markdown():
     f = Findings(["**3×** the all-reduces", "", None, "the same gradients "])
     assert f.statements == ("**3×** the all-reduces", "the same gradients")
-    assert str(f) == f._repr_markdown_() == "- **3×** the all-reduces\n- the same gradients"
+    assert str(f) == f._repr_markdown_() == "- **3×** the all-reduces\n\n- the same gradients"

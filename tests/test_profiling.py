@@ -49,7 +49,7 @@ def test_the_op_timer_counts_what_flopcountermode_counts_and_each_products_bytes
     (m, k), (_, n) = [tuple(map(int, s.split("×"))) for s in mm.shapes.split(" · ")]
     assert mm.flops == 2 * m * k * n and mm.bytes == 4 * (m * k + k * n + m * n)
     add = next(o for o in ops if o.name == "add" and o.flops > 0)
-    assert add.intensity <= 1 / 8  # one FLOP per output element, at least two fp32 tensors moved per element
+    assert add.flops / add.bytes <= 1 / 8  # one FLOP per output element, at least two fp32 tensors moved per element
     assert all(o.name not in profiling.FREE for o in ops)  # views move nothing and are not placed
 
 

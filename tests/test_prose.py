@@ -55,8 +55,21 @@ def blocks(markdown: str) -> list[tuple[str, str]]:
     return [(kind, text) for kind, text in out]
 
 
+def runs(markdown: str) -> list[str]:
+    """The blocks a reader meets between blank lines (code, display maths, headings, tables and HTML tags left
+    out): bullets written without blank lines between them read as one run of text."""
+    markdown = re.sub(r"```.*?```|\$\$.*?\$\$", "\n\n", markdown, flags=re.S)
+    out = []
+    for block in re.split(r"\n\s*\n", markdown):
+        lines = [ln.strip() for ln in block.splitlines() if ln.strip() and not ln.strip().startswith(("#", "|", "<"))]
+        if lines:
+            out.append(" ".join(lines))
+    return out
+
+
 def problems(markdown: str) -> list[str]:
-    found = []
+    found = [f"a run of {words(r)} words between blank lines (at most {PARAGRAPH_WORDS}): {r[:70]}…"
+             for r in runs(markdown) if words(r) > PARAGRAPH_WORDS]
     for kind, text in blocks(markdown):
         n, limit = words(text), PARAGRAPH_WORDS if kind == "paragraph" else BULLET_WORDS
         if n > limit:
@@ -94,6 +107,8 @@ def test_the_rules_can_fail():
     long = "word " * 81
     assert problems(long) and "81 words" in problems(long)[0]
     assert problems("- " + "word " * 51) and not problems("- " + "word " * 49)
+    five = "\n".join("- " + "word " * 20 for _ in range(5))  # five short bullets, no blank lines: one long run
+    assert problems(five) and not problems(five.replace("\n", "\n\n"))
     assert problems("As the articles say, it works.")[0].startswith("insider word")
     assert problems("One of the seeds claims 2×.") and not problems("The sign changes with the seed.")
     assert not problems("```\n" + long + "\n```\n\n$$" + long + "$$")  # code and display maths do not count

@@ -11,15 +11,13 @@ import torch.nn.functional as F
 from IPython.display import HTML, display
 
 from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, source_of, where_it_failed
+from labtools.parallel.context import merge
 
 HINT = ("each partial output is an average weighted by exp(score − lse) over its own keys; the total exp-sum is "
         "exp(lse1) + exp(lse2), so lse = logaddexp(lse1, lse2), and each output counts with weight exp(lseᵢ − lse)")
 
 
-def reference(out1, lse1, out2, lse2):
-    """Two partial attentions of the same queries over disjoint keys, combined: (out, lse)."""
-    lse = torch.logaddexp(lse1, lse2)
-    return torch.exp(lse1 - lse) * out1 + torch.exp(lse2 - lse) * out2, lse
+reference = merge  # the lab's own merge, which ring attention uses: the solution shown is its source
 
 
 def _partial(q, k, v, mask=None):
@@ -114,7 +112,7 @@ def _on_ranks(fn, S, verdict: Outcome) -> Outcome:
 
 
 def solution_source() -> str:
-    return inspect.getsource(reference).replace("def reference(", "def my_merge(")
+    return inspect.getsource(merge).replace("def merge(", "def my_merge(")
 
 
 def show_solution() -> None:
