@@ -31,7 +31,7 @@ class Settings(LabConfig):
 
 
 PROFILES = {
-    "smoke": Settings(profile="smoke", heads=4, head_dim=16, seq=512, worlds=(2, 4), rounds=3),
+    "smoke": Settings(profile="smoke", heads=4, head_dim=16, seq=512, worlds=(2, 4), rounds=5),
     "cpu": Settings(profile="cpu", heads=4, head_dim=32, seq=2048, worlds=(2, 4), rounds=5),
     "gpu": Settings(profile="gpu", heads=8, head_dim=64, seq=8192, worlds=(2, 4), rounds=5),
 }

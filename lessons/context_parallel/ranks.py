@@ -66,8 +66,9 @@ def _torch_cp(S: Settings, ref: dict) -> dict:
 
 def _alone(S: Settings, layout: str) -> float:
     """This rank's forward work (its ring steps' blocks, without the sends), timed while the other ranks wait:
-    ranks take turns, so none shares the CPU (4 ranks on 2 cores would otherwise time each other). Best of
-    S.rounds."""
+    ranks take turns, so none shares the CPU (4 ranks on 2 cores would otherwise time each other), and the turns
+    alternate round by round, so that a disturbance of the machine (the browser drawing, another process) falls
+    on every rank's rounds alike rather than on all of one rank's. Best of S.rounds."""
     q, k, v, _ = tensors(S)
     c, blocks = world_size(), pieces(layout)
     pos = positions(S.seq, c, rank(), layout)
@@ -77,12 +78,12 @@ def _alone(S: Settings, layout: str) -> float:
         kp = positions(S.seq, c, (rank() - j) % c, layout)
         ring.append((k[..., kp, :], v[..., kp, :], kp))
     best = float("inf")
-    for turn in range(c):
-        dist.barrier()
-        if turn != rank():
-            continue
-        with torch.no_grad():
-            for _ in range(S.rounds):
+    for _ in range(S.rounds):
+        for turn in range(c):
+            dist.barrier()
+            if turn != rank():
+                continue
+            with torch.no_grad():
                 t0 = time.thread_time()  # CPU seconds of this thread: not the time others may take from it
                 acc = [None] * blocks
                 for kb, vb, kp in ring:
