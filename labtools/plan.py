@@ -7,13 +7,15 @@ Pure functions of numbers — no torch.distributed, nothing measured here. Every
     collective_bytes(kind, M, N)        bytes each rank sends in a ring collective over M bytes
     collective_time(kind, M, N, β, α)   α-β model: α per ring step + bytes / β
     MODELS, memory_per_gpu(...)         published model shapes and their memory per GPU (labtools.budget)
-    layouts(world, model), check_layout  every dp × tp × pp that fits the model's shape, with reasons
-    step_time, rank_layouts, CLUSTERS      the 3-D planner: memory and time per step of a layout, ranked
+    layouts(world, model), check_layout every dp × tp × pp × cp that fits the model's shape, with reasons
+    step_time, rank_layouts, CLUSTERS   the planner: memory and time per step of a layout, ranked
+    run_plan(...)                       a whole run: days, GPU-hours, cost and the time failures take
     tensor_parallel_bytes(...)          bytes a rank sends per forward + backward under tensor parallelism
 
-The FLOPs, days and cost of a whole run are in labtools.compute.
+The FLOPs of a run and its days at a given MFU are in labtools.compute.
 
-Used by notebooks/06_memory_budget.ipynb; the pipeline, tensor-parallel and compute lessons build on it.
+Used by notebooks/06_memory_budget.ipynb; the pipeline, tensor-parallel and compute lessons build on it, and lesson 15
+(notebooks/15_plan_a_run.ipynb) plans whole runs with it.
 """
 
 import math
@@ -105,6 +107,12 @@ class ModelShape:
     vocab: int
     seq: int                   # training context length
     n_params: int | None = None
+    n_kv_head: int | None = None  # grouped-query attention: heads of keys and values (None: n_head)
+
+    @property
+    def kv_width(self) -> int:
+        """Width of the keys (and of the values) of one token: n_embd · n_kv_head / n_head."""
+        return self.n_embd * (self.n_kv_head or self.n_head) // self.n_head
 
 
 # Published sizes with depth, width, heads, vocabulary and training context. Activations are computed for a
@@ -115,7 +123,9 @@ MODELS = {
     "13B": ModelShape(n_layer=40, n_embd=5120, n_head=40, vocab=32000, seq=4096, n_params=13_000_000_000),
     "70B": ModelShape(n_layer=80, n_embd=8192, n_head=64, vocab=32000, seq=4096, n_params=70_000_000_000),
     "GPT-3 175B": ModelShape(n_layer=96, n_embd=12288, n_head=96, vocab=50257, seq=2048, n_params=175_000_000_000),
-    "405B": ModelShape(n_layer=126, n_embd=16384, n_head=128, vocab=128256, seq=8192, n_params=405_000_000_000),
+    # Llama 3 405B (Dubey et al. 2024, table 3): 126 layers, width 16384, 128 heads of which 8 for keys and values
+    "405B": ModelShape(n_layer=126, n_embd=16384, n_head=128, vocab=128256, seq=8192, n_params=405_000_000_000,
+                       n_kv_head=8),
 }
 
 
@@ -124,25 +134,30 @@ class Layout:
     dp: int
     tp: int
     pp: int
+    cp: int = 1  # context parallelism (lesson 14): each of cp ranks holds 1/cp of every sequence
 
     @property
     def world(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.tp * self.pp * self.cp
 
     def __str__(self) -> str:
-        return f"dp {self.dp} × tp {self.tp} × pp {self.pp}"
+        return f"dp {self.dp} × tp {self.tp} × pp {self.pp}" + (f" × cp {self.cp}" if self.cp > 1 else "")
 
 
 def check_layout(model: ModelShape, layout: Layout, world: int | None = None, gpus_per_node: int | None = None) -> None:
-    """Raise ValueError naming the constraint a layout breaks: positive degrees, dp·tp·pp = world, tp divides
-    the heads (each rank keeps whole heads), pp at most the layers (a stage needs a layer), tp within a node."""
-    for name in ("dp", "tp", "pp"):
+    """Raise ValueError naming the constraint a layout breaks: positive degrees, dp·tp·pp·cp = world, tp divides
+    the heads (each rank keeps whole heads), pp at most the layers (a stage needs a layer), 2·cp divides the
+    sequence (each context-parallel rank holds a head and a tail piece, lesson 14), tp within a node."""
+    for name in ("dp", "tp", "pp", "cp"):
         value = getattr(layout, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     if world is not None and layout.world != world:
-        raise ValueError(f"dp · tp · pp must equal the world size: {layout.dp} · {layout.tp} · {layout.pp} = "
-                         f"{layout.world} != {world}")
+        degrees = " · ".join(str(getattr(layout, k)) for k in ("dp", "tp", "pp", "cp"))
+        raise ValueError(f"dp · tp · pp · cp must equal the world size: {degrees} = {layout.world} != {world}")
+    if layout.cp > 1 and model.seq % (2 * layout.cp):
+        raise ValueError(f"2·cp must divide the sequence (a head and a tail piece per rank): seq {model.seq}, "
+                         f"cp = {layout.cp}")
     if model.n_head % layout.tp:
         raise ValueError(f"tp must divide the number of heads: {model.n_head} heads, tp = {layout.tp}")
     if layout.pp > model.n_layer:
@@ -159,8 +174,10 @@ def memory_per_gpu(model: ModelShape, layout: Layout = Layout(1, 1, 1), *, preci
     """Model states from labtools.budget.estimate, activations from the architecture, per GPU.
 
     Activations: one micro-batch through the stage's layers, divided by tp (tensor + sequence parallel split
-    them). A 1F1B pipeline's first stage holds pp micro-batches of its ⌈L/pp⌉ layers — about L layers' worth:
-    pipelining does not shrink that stage's activations. Uneven stages are counted by their largest.
+    them) and by cp (each context-parallel rank holds 1/cp of the tokens; the keys and values it borrows for
+    attention are left out). A 1F1B pipeline's first stage holds pp micro-batches of its ⌈L/pp⌉ layers — about
+    L layers' worth: pipelining does not shrink that stage's activations. Uneven stages are counted by their
+    largest. The weights are replicated over dp and cp, so ZeRO shards over dp·cp ranks.
     """
     check_layout(model, layout)
     bpe = 4 if precision == "fp32" else 2
@@ -174,32 +191,38 @@ def memory_per_gpu(model: ModelShape, layout: Layout = Layout(1, 1, 1), *, preci
     stage_layers = math.ceil(model.n_layer / layout.pp)
     in_flight = layout.pp if layout.pp > 1 else 1
     blocks = per_layer * stage_layers * in_flight
-    acts = int((blocks + arch.activations["outside"]) / layout.tp)
-    return estimate(n, precision=precision, optimizer=optimizer, zero_stage=zero_stage, dp=layout.dp, tp=layout.tp,
+    acts = int((blocks + arch.activations["outside"]) / (layout.tp * layout.cp))
+    return estimate(n, precision=precision, optimizer=optimizer, zero_stage=zero_stage, dp=layout.dp * layout.cp,
+                    tp=layout.tp,
                     pp=layout.pp, offload=offload, activations=acts, grads=grads, param_shapes=shapes)
 
 
-def layouts(world: int, model: ModelShape, gpus_per_node: int | None = None) -> list[Layout]:
-    """Every dp × tp × pp = world that check_layout accepts, smallest model-parallel degree first."""
+def layouts(world: int, model: ModelShape, gpus_per_node: int | None = None, cp: tuple[int, ...] = (1,)
+            ) -> list[Layout]:
+    """Every dp × tp × pp × cp = world that check_layout accepts, with cp from `cp`, smallest model-parallel
+    degree first."""
     if not isinstance(world, int) or isinstance(world, bool) or world < 1:
         raise ValueError(f"world must be an int >= 1, got {world!r}")
     out = []
-    for tp in _divisors(world):
-        for pp in _divisors(world // tp):
-            layout = Layout(world // (tp * pp), tp, pp)
-            try:
-                check_layout(model, layout, world, gpus_per_node)
-            except ValueError:
-                continue
-            out.append(layout)
-    return sorted(out, key=lambda lay: (lay.tp * lay.pp, lay.tp))
+    for c in cp:
+        if world % c:
+            continue
+        for tp in _divisors(world // c):
+            for pp in _divisors(world // (c * tp)):
+                layout = Layout(world // (c * tp * pp), tp, pp, c)
+                try:
+                    check_layout(model, layout, world, gpus_per_node)
+                except ValueError:
+                    continue
+                out.append(layout)
+    return sorted(out, key=lambda lay: (lay.tp * lay.pp * lay.cp, lay.tp, lay.cp))
 
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-# --- the 3-D planner: memory and step time of a layout on a cluster ----------------------------------------------
+# --- the planner: memory and step time of a layout on a cluster ---------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -226,36 +249,68 @@ class StepEstimate:
     memory: MemoryBudget
     fits: bool
     micro_batches: int     # per pipeline per step
-    compute_s: float       # the model's FLOPs at the assumed kernel efficiency
+    compute_s: float       # the hardware's FLOPs (recomputation included) at the assumed efficiency
     bubble: float          # pipeline idle fraction
     bubble_s: float
     tp_comm_s: float       # tensor-parallel all-reduces, on the critical path
     dp_comm_s: float       # gradient all-reduce; hidden behind backward as far as dp_overlap says
     pp_comm_s: float       # activations between stages
     step_s: float
+    cp_comm_s: float = 0.0     # context parallelism: gathering the other ranks' keys and values, exposed
+    dp_exposed_s: float = 0.0  # the part of dp_comm_s that backward does not hide
+    model_flops: float = 0.0   # the model's FLOPs per step, 6N + 12·L·s·h per token, recomputation not counted
+    peak_flops: float = 0.0    # per GPU
+    v: int = 1                 # virtual pipeline stages per rank the step ran with
 
     @property
     def breakdown(self) -> dict[str, float]:
+        """The step's seconds by part; they add up to step_s."""
         return {"compute": self.compute_s, "bubble": self.bubble_s, "TP comm": self.tp_comm_s,
-                "DP comm (exposed)": self.step_s - self.compute_s - self.bubble_s - self.tp_comm_s - self.pp_comm_s,
-                "PP comm": self.pp_comm_s}
+                "CP comm": self.cp_comm_s, "DP comm (exposed)": self.dp_exposed_s, "PP comm": self.pp_comm_s}
+
+    @property
+    def flops_per_gpu(self) -> float:
+        """Model FLOP/s each GPU achieves over the whole step (the 'TFLOPs/GPU' papers report)."""
+        return self.model_flops / (self.step_s * self.layout.world)
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation: flops_per_gpu ÷ the GPU's peak (lesson 12)."""
+        return self.flops_per_gpu / self.peak_flops
+
+
+def _positive_int(**values) -> None:
+    for name, value in values.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
 
 def step_time(model: ModelShape, cluster: Cluster, layout: Layout, global_batch: int, *, micro_batch: int = 1,
-              v: int = 1, mfu: float = 0.5, zero_stage: int = 1, checkpoint: str = "block",
-              dp_overlap: float = 1.0, require_fit: bool = False) -> StepEstimate:
+              v: int = 1, efficiency: float = 0.5, zero_stage: int = 1, checkpoint: str = "block",
+              dp_overlap: float = 1.0, precision: str = "bf16-mixed", require_fit: bool = False) -> StepEstimate:
     """Predicted memory per GPU and time per step (seconds) of training `model` with `layout` on `cluster`.
 
-    Assumptions, stated: bf16 mixed-precision AdamW; compute runs at `mfu` of peak; with checkpoint="block" every
-    layer is recomputed (one more forward, and its TP all-reduces again); tensor parallelism's 4 (6 with
-    recomputation) all-reduces of b·s·h bf16 values per layer and micro-batch are exposed, over NVLink when tp
-    fits a node, else over the network; the gradient all-reduce (bf16) runs over the network and `dp_overlap` of
-    it hides behind backward; pipeline sends of b·s·h per micro-batch and boundary are exposed once per stage.
+    Assumptions, stated:
+    - AdamW in `precision` (bf16-mixed: activations and gradients travel as bf16, 2 bytes; fp32: 4);
+    - the hardware's FLOPs run at `efficiency` of peak while a GPU computes (a hardware FLOPs utilisation: with
+      checkpoint="block" every layer's forward runs twice, 8N instead of 6N);
+    - a pipeline of pp stages with v virtual stages per rank idles bubble_fraction(pp, m, v);
+    - tensor parallelism's 4 (6 with recomputation) all-reduces of b·s·h/cp values per layer and micro-batch are
+      exposed, over NVLink when tp fits a node, else over the network;
+    - context parallelism all-gathers each layer's keys and values (b·s·2·kv_width values, of the kv heads the
+      tensor-parallel rank holds) in forward and reduce-scatters their gradients in backward (and gathers again
+      when recomputing), exposed, over NVLink when tp·cp fits a node, else over the network (Llama 3's
+      all-gather context parallelism, Dubey et al. 2024, section 3.3.2);
+    - the gradient all-reduce (over the dp·cp ranks that replicate the weights) runs over the network and
+      `dp_overlap` of it hides behind backward; pipeline sends of b·s·h/(tp·cp) per boundary are exposed once.
     require_fit=True raises ValueError when the layout does not fit the GPU's memory.
     """
     check_layout(model, layout)
-    if not 0 < mfu <= 1:
-        raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
+    _positive_int(global_batch=global_batch, micro_batch=micro_batch, v=v)
+    if isinstance(efficiency, bool) or not isinstance(efficiency, (int, float)) or not 0 < efficiency <= 1:
+        raise ValueError(f"efficiency must be in (0, 1], got {efficiency!r}")
+    if not 0 <= dp_overlap <= 1:
+        raise ValueError(f"dp_overlap must be in [0, 1], got {dp_overlap!r}")
     if global_batch % (layout.dp * micro_batch):
         raise ValueError(f"the global batch ({global_batch}) must split into dp × micro_batch = "
                          f"{layout.dp} × {micro_batch} sequences")
@@ -264,34 +319,101 @@ def step_time(model: ModelShape, cluster: Cluster, layout: Layout, global_batch:
         raise ValueError(f"interleaving needs the micro-batches per pipeline ({m}) to be a multiple of "
                          f"pp = {layout.pp}")
     recompute = checkpoint == "block"
-    mem = memory_per_gpu(model, layout, zero_stage=zero_stage, micro_batch=micro_batch, checkpoint=checkpoint)
-    world = layout.world
-    compute = flops_per_token(model, recompute) * global_batch * model.seq / (world * cluster.peak_flops * mfu)
+    mem = memory_per_gpu(model, layout, zero_stage=zero_stage, micro_batch=micro_batch, checkpoint=checkpoint,
+                         precision=precision)
+    world, tokens, bpe = layout.world, global_batch * model.seq, 4 if precision == "fp32" else 2
+    compute = flops_per_token(model, recompute) * tokens / (world * cluster.peak_flops * efficiency)
     bubble = bubble_fraction(layout.pp, m, v) if layout.pp > 1 else 0.0
     bubble_s = compute * bubble / (1 - bubble)
-    bsh = micro_batch * model.seq * model.n_embd * 2
-    tp_bw = cluster.intra_bw if layout.tp <= cluster.gpus_per_node else cluster.inter_bw
-    per_layer = (6 if recompute else 4) * collective_time("all_reduce", bsh, layout.tp, tp_bw, cluster.latency)
-    tp_s = per_layer * math.ceil(model.n_layer / layout.pp) * m if layout.tp > 1 else 0.0  # each rank: L/pp layers
+    layers = math.ceil(model.n_layer / layout.pp)  # each rank runs its stage's layers, m micro-batches
+    bsh = micro_batch * model.seq * model.n_embd * bpe / layout.cp
+    link = lambda ranks: cluster.intra_bw if ranks <= cluster.gpus_per_node else cluster.inter_bw  # noqa: E731
+    tp_s = 0.0
+    if layout.tp > 1:
+        per_layer = (6 if recompute else 4) * collective_time("all_reduce", bsh, layout.tp, link(layout.tp),
+                                                              cluster.latency)
+        tp_s = per_layer * layers * m
+    cp_s = 0.0
+    if layout.cp > 1:
+        # the keys and values of a micro-batch's whole sequence, of the kv heads this tensor-parallel rank holds
+        kv_heads = model.n_kv_head or model.n_head
+        kv = micro_batch * model.seq * 2 * model.kv_width * max(1, kv_heads // layout.tp) / kv_heads * bpe
+        per_layer = (3 if recompute else 2) * collective_time("all_gather", kv, layout.cp,
+                                                              link(layout.tp * layout.cp), cluster.latency)
+        cp_s = per_layer * layers * m
     n = model.n_params or architecture(model.n_layer, model.n_embd, model.n_head, model.vocab, model.seq, 1).n_params
-    dp_s = collective_time("all_reduce", 2 * n / (layout.tp * layout.pp), layout.dp, cluster.inter_bw,
-                           cluster.latency) if layout.dp > 1 else 0.0
-    pp_s = 2 * (layout.pp - 1) * bsh / cluster.inter_bw if layout.pp > 1 else 0.0
-    step = compute + bubble_s + tp_s + (1 - dp_overlap) * dp_s + pp_s
+    replicas = layout.dp * layout.cp
+    dp_s = collective_time("all_reduce", bpe * n / (layout.tp * layout.pp), replicas, cluster.inter_bw,
+                           cluster.latency) if replicas > 1 else 0.0
+    pp_s = 2 * (layout.pp - 1) * bsh / layout.tp / cluster.inter_bw if layout.pp > 1 else 0.0
+    step = compute + bubble_s + tp_s + cp_s + (1 - dp_overlap) * dp_s + pp_s
     if require_fit and mem.total > cluster.gpu_memory:
         raise ValueError(f"{layout} does not fit: {mem.total / 1e9:.1f} GB per GPU > the GPU's "
                          f"{cluster.gpu_memory / 1e9:.0f} GB ({mem.convention})")
     return StepEstimate(layout, mem, mem.total <= cluster.gpu_memory, m, compute, bubble, bubble_s, tp_s, dp_s, pp_s,
-                        step)
+                        step, cp_s, (1 - dp_overlap) * dp_s, flops_per_token(model) * tokens, cluster.peak_flops, v)
 
 
-def rank_layouts(model: ModelShape, cluster: Cluster, world: int, global_batch: int, **kw) -> list[StepEstimate]:
-    """Every dp × tp × pp layout of `world` GPUs (tp within a node) that the batch allows, fastest fitting first,
-    then those that do not fit."""
+def rank_layouts(model: ModelShape, cluster: Cluster, world: int, global_batch: int, cp: tuple[int, ...] = (1,),
+                 **kw) -> list[StepEstimate]:
+    """Every dp × tp × pp × cp layout of `world` GPUs (tp within a node, cp from `cp`) that the batch allows,
+    fastest fitting first, then those that do not fit. A layout whose micro-batches do not allow interleaving with
+    kw's v runs plain 1F1B (v = 1; StepEstimate.v says which)."""
     out = []
-    for layout in layouts(world, model, cluster.gpus_per_node):
-        try:
-            out.append(step_time(model, cluster, layout, global_batch, **kw))
-        except ValueError:
-            continue  # the batch does not split over this dp (or interleaving over this pp)
+    for layout in layouts(world, model, cluster.gpus_per_node, cp):
+        for v in dict.fromkeys((kw.get("v", 1), 1)):
+            try:
+                out.append(step_time(model, cluster, layout, global_batch, **(kw | {"v": v})))
+                break
+            except ValueError:
+                continue  # the batch does not split over this dp (any v), or interleaving over this pp (try v = 1)
     return sorted(out, key=lambda e: (not e.fits, e.step_s))
+
+
+# --- a whole run: days, cost and failures -------------------------------------------------------------------
+
+# Llama 3 405B: 419 unexpected interruptions in 54 days of pre-training on up to 16,384 GPUs (Dubey et al. 2024,
+# section 3.3.4): a mean time between failures of about 51,000 hours per GPU, if failures scale with the GPU count.
+LLAMA3_GPU_MTBF_H = 54 * 24 * 16384 / 419
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    step: StepEstimate
+    steps: int
+    days: float            # steps × step time, no failures
+    gpu_hours: float
+    cost: float            # dollars, failures included
+    job_mtbf_h: float      # mean time between failures of the whole job
+    interval_s: float      # checkpoint interval, Young's √(2·δ·MTBF) (lesson 11)
+    waste: float           # fraction of the run lost to saving, recomputing lost work and restarting
+    days_with_failures: float
+
+
+def run_plan(model: ModelShape, cluster: Cluster, layout: Layout, global_batch: int, tokens: float, *,
+             dollars_per_gpu_hour: float = 2.0, gpu_mtbf_h: float = LLAMA3_GPU_MTBF_H, save_s: float = 30.0,
+             restart_s: float = 600.0, **step_kw) -> RunPlan:
+    """A whole run of `tokens` tokens: step_time for the step, lesson 12's days and dollars, lesson 11's waste.
+
+    Failures: the job fails gpu_mtbf_h / world hours apart on average; it saves every √(2·save_s·MTBF) seconds
+    and a failure costs half an interval of lost work plus restart_s. Waste stretches the run by 1 / (1 − waste).
+    """
+    from labtools.checkpoint import waste, young_interval
+    for name, value in (("tokens", tokens), ("dollars_per_gpu_hour", dollars_per_gpu_hour),
+                        ("gpu_mtbf_h", gpu_mtbf_h), ("save_s", save_s)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    if not 0 <= restart_s < math.inf:
+        raise ValueError(f"restart_s must be >= 0, got {restart_s!r}")
+    est = step_time(model, cluster, layout, global_batch, **step_kw)
+    steps = math.ceil(tokens / (global_batch * model.seq))
+    seconds = steps * est.step_s
+    mtbf_s = gpu_mtbf_h * 3600 / layout.world
+    interval = young_interval(save_s, mtbf_s)
+    lost = sum(waste(interval, save_s, mtbf_s, restart_s).values())
+    if lost >= 1:
+        raise ValueError(f"failures every {mtbf_s / 60:.1f} min on {layout.world:,} GPUs leave no time to train "
+                         f"(saving {save_s:g} s, restarting {restart_s:g} s)")
+    wall = seconds / (1 - lost)
+    return RunPlan(est, steps, seconds / 86400, wall / 3600 * layout.world, wall / 3600 * layout.world *
+                   dollars_per_gpu_hour, mtbf_s / 3600, interval, lost, wall / 86400)

@@ -51,6 +51,7 @@ EXERCISES = {"00_training_loop": "lessons.training_loop.adamw_exercise",
              "12_compute_budget": "lessons.compute_budget.flops_exercise",
              "13_profiling": "lessons.profiling.intensity_exercise",
              "14_context_parallel": "lessons.context_parallel.merge_exercise",
+             "15_plan_a_run": "lessons.plan_a_run.memory_exercise",
              "07_data_parallel": "lessons.data_parallel.ring_exercise"}
 
 

@@ -6,7 +6,7 @@ The settings of notebooks/10_tensor_parallel.ipynb and the launch its sections s
     communication.py  collectives per layer and bytes on the wire
     memory.py         activations per rank with and without sequence parallelism
     two_d.py          data × tensor parallel training
-    planner.py        published layouts, a planner panel, exercises
+    interconnect.py   why tensor parallelism stays inside a node, and an exercise on paper
     ranks.py          what runs inside the torchrun ranks (torch and core labtools only)
 """
 

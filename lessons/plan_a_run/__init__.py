@@ -1,0 +1,45 @@
+"""Lesson 15 — plan a training run: every lesson's piece in one planner, checked against published runs and
+calibrated on this machine.
+
+The settings of notebooks/15_plan_a_run.ipynb. One module per section:
+
+    example.py          the running example: a 70B model on 2,048 H100s, its layouts ranked, the whole run
+    memory_exercise.py  your turn: the model states each GPU holds under a layout
+    published.py        Llama 3 405B's three published layouts and GPT-3 175B's 34 days, through the planner
+    calibration.py      this machine measured, the planner's prediction of a 2-rank run beside that run
+    planner.py          a panel: plan your own run
+    ranks.py            what runs inside the torchrun ranks (torch and core labtools only)
+"""
+
+from dataclasses import dataclass
+
+from labtools.config import LabConfig, resolve
+from labtools.plan import CLUSTERS
+
+GB = 1e9
+A100, H100 = CLUSTERS["A100 80GB, NVLink 3, HDR 200 Gb/s"], CLUSTERS["H100 80GB, NVLink 4, NDR 400 Gb/s"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings(LabConfig):
+    rounds: int           # alternating rounds of (one rank alone, two ranks with DDP, the all-reduces)
+    matmul_sizes: tuple   # n of the n×n matrix products that measure this machine's peak
+
+    RANGES = {"ROUNDS": (1, 100)}
+
+
+# A small batch of short sequences keeps each rank's compute small beside its gradient all-reduce, so that the
+# prediction has communication to get right (with no communication the planner would be right by construction).
+PROFILES = {
+    "smoke": Settings(profile="smoke", n_layer=2, n_embd=128, n_head=4, block_size=16, batch_size=1, steps=3,
+                      rounds=5, matmul_sizes=(128, 256)),
+    "cpu": Settings(profile="cpu", n_layer=4, n_embd=192, n_head=6, block_size=32, batch_size=1, steps=5,
+                    rounds=7, matmul_sizes=(128, 256, 512)),
+    "gpu": Settings(profile="gpu", n_layer=12, n_embd=768, n_head=12, block_size=256, batch_size=4, steps=10,
+                    rounds=7, matmul_sizes=(1024, 4096)),
+}
+
+
+def settings(profile: str = "auto", **overrides) -> Settings:
+    """Validated settings for a profile; None-valued overrides keep the profile's value."""
+    return resolve(PROFILES, profile, **overrides)

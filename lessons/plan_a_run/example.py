@@ -1,0 +1,97 @@
+"""Lesson 15, sections 1-2: the running example — a 70B model on 15T tokens with 2,048 H100s: its layouts ranked,
+why the best one wins, and the whole run in days, dollars and failures."""
+
+import plotly.graph_objects as go
+
+from labtools import plots
+from labtools.claims import Findings, Ledger
+from labtools.plan import MODELS, RunPlan, StepEstimate, rank_layouts, run_plan
+from lessons.plan_a_run import GB, H100
+from lessons.plan_a_run.published import LLAMA3, V, calibrate
+
+EXAMPLE = dict(model="70B", gpus=2048, batch=1024, tokens=15e12, dollars_per_gpu_hour=2.0)
+PARTS = ("compute", "bubble", "TP comm", "CP comm", "DP comm (exposed)", "PP comm")
+
+
+def efficiency() -> float:
+    """The H100 kernel efficiency calibrated on Llama 3 405B's 8,192-GPU layout (section 3)."""
+    return calibrate(LLAMA3[0], V)
+
+
+def plan(ex: dict = EXAMPLE) -> dict:
+    """Every layout of the example ranked (interleaved v = 4 where the micro-batches allow it, else 1F1B), and the
+    whole run for the fastest one that fits."""
+    eff, model = efficiency(), MODELS[ex["model"]]
+    ranked = rank_layouts(model, H100, ex["gpus"], ex["batch"], v=V, efficiency=eff)
+    best = next(e for e in ranked if e.fits)
+    run = run_plan(model, H100, best.layout, ex["batch"], ex["tokens"], v=V, efficiency=eff,
+                   dollars_per_gpu_hour=ex["dollars_per_gpu_hour"])
+    return {"ranked": ranked, "best": best, "run": run, "efficiency": eff, "example": ex}
+
+
+def figure(shown: list[StepEstimate], chosen: StepEstimate | None, gpu_memory: float, title: str) -> go.Figure:
+    """Memory per GPU (red: does not fit) and the step split into its parts, one row per layout, fastest first."""
+    names = [f"{'→ ' if e is chosen else ''}{e.layout}{'' if e.fits else ' (does not fit)'}" for e in shown]
+    fig = plots.subplots(1, 2, ("memory per GPU (GB)", "time per step (s)"), title=title, height=440, legend="below")
+    fig.add_trace(go.Bar(y=names, x=[e.memory.total / GB for e in shown], orientation="h", showlegend=False,
+                         marker_color=[plots.color(0) if e.fits else "#cf222e" for e in shown]), row=1, col=1)
+    plots.marked_line(fig, x=gpu_memory / GB, text=f"{gpu_memory / GB:.0f} GB", row=1, col=1)
+    for i, part in enumerate(PARTS):
+        fig.add_trace(go.Bar(y=names, x=[e.breakdown[part] for e in shown], orientation="h", name=part,
+                             marker_color=plots.color(i + 1)), row=1, col=2)
+    fig.update_layout(barmode="stack", margin_l=200, legend_traceorder="normal")
+    if "<br>" in title:  # a second line under the title: room above the subplots' titles
+        fig.update_layout(margin_t=120, height=480)
+    fig.update_yaxes(autorange="reversed")
+    fig.update_yaxes(showticklabels=False, row=1, col=2)
+    return fig
+
+
+def ranked_figure(p: dict, top: int = 8) -> go.Figure:
+    ex = p["example"]
+    return figure(p["ranked"][:top], p["best"], H100.gpu_memory,
+                  f"{ex['model']} on {ex['gpus']:,} H100s, {ex['batch']:,} sequences per step: fastest first")
+
+
+def run_rows(run: RunPlan) -> list[tuple[str, str]]:
+    e = run.step
+    return [("layout", str(e.layout)), ("time per step", f"{e.step_s:.2f} s"),
+            ("steps", f"{run.steps:,}"), ("MFU", f"{e.mfu:.0%}"),
+            ("days without failures", f"{run.days:.1f}"),
+            ("the job fails every", f"{run.job_mtbf_h:.1f} h"),
+            ("save every (Young)", f"{run.interval_s / 60:.0f} min"),
+            ("time lost to failures", f"{run.waste:.1%}"),
+            ("days with failures", f"{run.days_with_failures:.1f}"),
+            ("GPU-hours", f"{run.gpu_hours / 1e6:.2f} M"), ("cost", f"${run.cost / 1e6:.1f} M")]
+
+
+def run_table(p: dict) -> go.Figure:
+    ex = p["example"]
+    return plots.table(("the whole run (computed)", "value"), run_rows(p["run"]), row_height=28,
+                       title=f"{ex['tokens'] / 1e12:g}T tokens at ${ex['dollars_per_gpu_hour']:g} per GPU-hour")
+
+
+def why(p: dict) -> tuple[StepEstimate, str]:
+    """The runner-up among fitting layouts, and what costs it more than the best (the part that differs most)."""
+    fitting = [e for e in p["ranked"] if e.fits]
+    best, second = fitting[0], fitting[1]
+    diff = {k: second.breakdown[k] - best.breakdown[k] for k in PARTS}
+    return second, max(diff, key=diff.get)
+
+
+def findings(ledger: Ledger, p: dict) -> Findings:
+    best, run = p["best"], p["run"]
+    second, part = why(p)
+    unfit = [e for e in p["ranked"] if not e.fits]
+    ledger.note("example", {"layout": str(best.layout), "step_s": best.step_s, "days": run.days,
+                            "days_with_failures": run.days_with_failures, "cost": run.cost, "mfu": best.mfu})
+    return Findings([
+        f"The fastest layout that fits is **{best.layout}**: {best.step_s:.2f} s per step, "
+        f"{best.memory.total / GB:.0f} GB per GPU, {best.mfu:.0%} MFU (predicted).",
+        f"The runner-up, {second.layout}, loses {second.step_s - best.step_s:.2f} s per step, most of it to "
+        f"{part}.",
+        f"{len(unfit)} of {len(p['ranked'])} layouts do not fit 80 GB: too little tensor or pipeline parallelism "
+        f"leaves each GPU too much of the model.",
+        f"The run: **{run.days_with_failures:.0f} days** and **${run.cost / 1e6:.1f} M** (computed), "
+        f"{run.waste:.1%} of it lost to failures every {run.job_mtbf_h:.0f} h.",
+    ])
