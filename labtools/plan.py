@@ -261,6 +261,7 @@ class StepEstimate:
     model_flops: float = 0.0   # the model's FLOPs per step, 6N + 12·L·s·h per token, recomputation not counted
     peak_flops: float = 0.0    # per GPU
     v: int = 1                 # virtual pipeline stages per rank the step ran with
+    hardware_flops: float = 0.0  # FLOPs the GPUs run per step: model_flops plus any recomputed forward
 
     @property
     def breakdown(self) -> dict[str, float]:
@@ -272,6 +273,11 @@ class StepEstimate:
     def flops_per_gpu(self) -> float:
         """Model FLOP/s each GPU achieves over the whole step (the 'TFLOPs/GPU' papers report)."""
         return self.model_flops / (self.step_s * self.layout.world)
+
+    @property
+    def hardware_flops_per_gpu(self) -> float:
+        """Hardware FLOP/s each GPU achieves over the whole step, recomputation counted (Megatron-LM's figure)."""
+        return self.hardware_flops / (self.step_s * self.layout.world)
 
     @property
     def mfu(self) -> float:
@@ -351,7 +357,8 @@ def step_time(model: ModelShape, cluster: Cluster, layout: Layout, global_batch:
         raise ValueError(f"{layout} does not fit: {mem.total / 1e9:.1f} GB per GPU > the GPU's "
                          f"{cluster.gpu_memory / 1e9:.0f} GB ({mem.convention})")
     return StepEstimate(layout, mem, mem.total <= cluster.gpu_memory, m, compute, bubble, bubble_s, tp_s, dp_s, pp_s,
-                        step, cp_s, (1 - dp_overlap) * dp_s, flops_per_token(model) * tokens, cluster.peak_flops, v)
+                        step, cp_s, (1 - dp_overlap) * dp_s, flops_per_token(model) * tokens, cluster.peak_flops, v,
+                        flops_per_token(model, recompute) * tokens)
 
 
 def rank_layouts(model: ModelShape, cluster: Cluster, world: int, global_batch: int, cp: tuple[int, ...] = (1,),

@@ -91,7 +91,7 @@ def test_a_whole_run_is_steps_times_step_stretched_by_failures():
 def test_llama3_calibrated_on_one_layout_predicts_the_next_only_with_an_interleaved_schedule():
     from lessons.plan_a_run import published
     c = published.llama3()
-    c["gpt3"] = published.gpt3()
+    c["megatron"] = published.megatron()
     c["long"] = published.long_context()
     ledger = Ledger("t")
     published.findings(ledger, c)
@@ -100,7 +100,11 @@ def test_llama3_calibrated_on_one_layout_predicts_the_next_only_with_an_interlea
         assert c[v]["rows"][0].flops_per_gpu == pytest.approx(430e12, rel=1e-6)
     predicted = [c[v]["rows"][1].flops_per_gpu for v in published.SCHEDULES]
     assert predicted == sorted(predicted)  # deeper interleaving, smaller bubble
-    assert c["gpt3"]["days_8tp"] == pytest.approx(33.9, abs=0.05)
+    m = c["megatron"]
+    assert m["rows"][0].hardware_flops_per_gpu == pytest.approx(126e12, rel=1e-6)
+    rates = [e.hardware_flops_per_gpu for e in m["rows"]]
+    assert rates == sorted(rates, reverse=True)  # more data parallelism, fewer micro-batches each: a larger bubble
+    assert m["days_8tp"] == pytest.approx(33.9, abs=0.05)
 
 
 def test_the_example_ranks_fitting_layouts_first_and_says_why_the_best_wins():

@@ -87,9 +87,12 @@ def findings(ledger: Ledger, shard: dict[int, list[dict]]) -> Findings:
                    "ranks, measured)", r[Z3]["wire"], approx(2.0, rel=0.08), kind="measured")
         ledger.add(f"wire_z2_{world}", f"… and ZeRO-2 1.5×, not 1.0× ({world} ranks, measured)", r[Z2]["wire"],
                    approx(1.5, rel=0.08), kind="measured")
-        ledger.add(f"wire_gloo_{world}", f"Every strategy's wire bytes match the prediction once gloo's reduce-scatter "
-                   f"is costed as an all-reduce ({world} ranks; worst |measured ÷ predicted − 1|)",
-                   max(abs(x["wire_vs_gloo"] - 1) for x in r.values()), at_most(0.05), kind="measured")
+        # The loopback counter also carries the headers and the notebook's own local traffic (in a browser, the
+        # kernel's messages to JupyterLab): 2.6-3.2% under papermill, 5.1% once in the browser. A ring-costed
+        # reduce-scatter would be 25% off for ZeRO-3, so 10% still tells the two apart.
+        ledger.add(f"wire_gloo_{world}", f"Every strategy's wire bytes match the prediction within 10% once gloo's "
+                   f"reduce-scatter is costed as an all-reduce ({world} ranks; worst |measured ÷ predicted − 1|)",
+                   max(abs(x["wire_vs_gloo"] - 1) for x in r.values()), at_most(0.10), kind="measured")
     worst = 100 * max(abs(x["wire_vs_gloo"] - 1) for x in ratios.values())
     return Findings(bullets + [
         f"**On the wire** ({w} gloo ranks, loopback), ZeRO-3 sent **{ratios[Z3]['wire']:.2f}×** DDP's bytes and "

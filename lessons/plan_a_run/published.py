@@ -1,4 +1,5 @@
-"""Lesson 15, section 3: published runs through the planner — Llama 3 405B's three layouts, GPT-3 175B's days."""
+"""Lesson 15, section 3: published runs through the planner — Llama 3 405B's three layouts on H100s; Megatron-Turing
+NLG 530B's three and GPT-3 175B's on A100s."""
 
 import dataclasses
 
@@ -6,7 +7,8 @@ import plotly.graph_objects as go
 
 from labtools import plots
 from labtools.claims import Findings, Ledger, approx, at_least, is_true
-from labtools.plan import MODELS, Layout, rank_layouts, run_plan, step_time
+from labtools.compute import flops_per_token
+from labtools.plan import MODELS, Layout, ModelShape, rank_layouts, step_time
 from lessons.plan_a_run import A100, GB, H100
 
 # Llama 3 405B's pre-training layouts and throughput (Dubey et al. 2024, table 4; the same figures were shown at
@@ -16,6 +18,18 @@ LLAMA3 = (
     dict(name="16,384 GPUs", layout=Layout(128, 8, 16), seq=8192, batch=2048, tflops=400),
     dict(name="16,384 GPUs, 128K context", layout=Layout(8, 8, 16, 16), seq=131072, batch=128, tflops=380),
 )
+# Megatron-Turing NLG 530B (Smith et al. 2022, section 2.4): 105 layers of width 20480, 128 heads, batch 1920 of 2048
+# tokens on 280, 350 and 420 DGX A100 nodes (tp 8 × pp 35 × dp 8, 10, 12), 60.1, 50.2 and 44.4 s per step: 126, 121
+# and 113 teraFLOP/s per GPU, counted as Megatron-LM counts them (recomputation included).
+MTNLG_MODEL = ModelShape(n_layer=105, n_embd=20480, n_head=128, vocab=50272, seq=2048, n_params=530_000_000_000)
+MTNLG = (
+    dict(name="MT-NLG 530B, 2,240 GPUs", layout=Layout(8, 8, 35), batch=1920, tflops=126),
+    dict(name="MT-NLG 530B, 2,800 GPUs", layout=Layout(10, 8, 35), batch=1920, tflops=121),
+    dict(name="MT-NLG 530B, 3,360 GPUs", layout=Layout(12, 8, 35), batch=1920, tflops=113),
+)
+# GPT-3 175B as Narayanan et al. 2021 (section 5.1) laid it out on 1024 A100s, batch 1536: 140 teraFLOP/s per GPU,
+# hence "about 34 days" for 300B tokens.
+GPT3 = dict(name="GPT-3 175B, 1,024 GPUs", layout=Layout(8, 8, 16), batch=1536, tflops=140)
 SCHEDULES = (1, 2, 4, 8)  # virtual stages per rank v: plain 1F1B is v = 1
 V = 4                     # the planner's choice for Llama 3: the paper does not publish v
 
@@ -25,16 +39,21 @@ def _llama(row: dict, v: int, efficiency: float):
     return step_time(model, H100, row["layout"], row["batch"], v=v, efficiency=efficiency)
 
 
-def calibrate(row: dict, v: int) -> float:
-    """The kernel efficiency at which the planner's step for `row` reaches its published TFLOP/s per GPU
-    (bisection: the step's FLOP rate grows with the efficiency)."""
+def _bisect(rate, target: float, what: str) -> float:
+    """The efficiency at which rate(efficiency) reaches target (rate grows with the efficiency)."""
     lo, hi = 1e-3, 1.0
-    if _llama(row, v, hi).flops_per_gpu < row["tflops"] * 1e12:
-        raise ValueError(f"{row['name']}: even at 100% of peak the planner cannot reach {row['tflops']} TFLOP/s")
+    if rate(hi) < target:
+        raise ValueError(f"{what}: even at 100% of peak the planner cannot reach {target / 1e12:.0f} TFLOP/s")
     for _ in range(60):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if _llama(row, v, mid).flops_per_gpu < row["tflops"] * 1e12 else (lo, mid)
+        lo, hi = (mid, hi) if rate(mid) < target else (lo, mid)
     return hi
+
+
+def calibrate(row: dict, v: int) -> float:
+    """The kernel efficiency at which the planner's step for a Llama 3 row reaches its published TFLOP/s per GPU
+    (model FLOPs: Llama 3 reports MFU)."""
+    return _bisect(lambda e: _llama(row, v, e).flops_per_gpu, row["tflops"] * 1e12, row["name"])
 
 
 def llama3() -> dict:
@@ -56,21 +75,26 @@ def long_context(v: int = V, efficiency: float | None = None) -> list:
     return rank_layouts(model, H100, 16384, row["batch"], cp=(1, 2, 4, 8, 16, 32), v=v, efficiency=eff)
 
 
-def gpt3() -> dict:
-    """GPT-3 175B on 1024 A100s as TP 8 × PP 16 × DP 8, batch 1536, 300B tokens, at Narayanan et al.'s measured 140
-    teraFLOP/s per GPU (recomputation included): days, beside their 8·T·P/(n·X) (34 days) and their eq. 3, which
-    counts attention and the head (34.7 days)."""
-    model, layout = MODELS["GPT-3 175B"], Layout(8, 8, 16)
-    lo, hi = 1e-3, 1.0
-    hw = lambda e: step_time(model, A100, layout, 1536, efficiency=e)  # noqa: E731
-    rate = lambda est: est.model_flops * 8 / 6 / (est.step_s * layout.world)  # noqa: E731 - hardware ≈ 8/6 model
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if rate(hw(mid)) < 140e12 else (lo, mid)
-    run = run_plan(model, A100, layout, 1536, 300e9, efficiency=hi)
-    L, h, s, V = model.n_layer, model.n_embd, model.seq, model.vocab
-    eq3 = 96 * L * h**2 * (1 + s / (6 * h) + V / (16 * L * h)) * 300e9 / (1024 * 140e12) / 86400
-    return {"run": run, "efficiency": hi, "days_8tp": 8 * 300e9 * 175e9 / (1024 * 140e12) / 86400, "days_eq3": eq3}
+def _megatron(model: ModelShape, row: dict, efficiency: float):
+    return step_time(model, A100, row["layout"], row["batch"], efficiency=efficiency)
+
+
+def megatron() -> dict:
+    """A100s: the efficiency that reproduces MT-NLG's 2,240-GPU row (hardware FLOPs, as Megatron-LM counts them),
+    and what it then predicts for MT-NLG's other two rows and for GPT-3's layout; GPT-3's days at the published 140
+    teraFLOP/s with our FLOP count, beside Narayanan et al.'s 8·T·P/(n·X) and their eq. 3 (attention and the head
+    counted)."""
+    eff = _bisect(lambda e: _megatron(MTNLG_MODEL, MTNLG[0], e).hardware_flops_per_gpu, MTNLG[0]["tflops"] * 1e12,
+                  MTNLG[0]["name"])
+    rows = [_megatron(MTNLG_MODEL, row, eff) for row in MTNLG]
+    g = MODELS["GPT-3 175B"]
+    gpt3 = _megatron(g, GPT3, eff)
+    L, h, s, V = g.n_layer, g.n_embd, g.seq, g.vocab
+    seconds = 300e9 / (1024 * 140e12)  # per FLOP per token, at the published rate
+    return {"efficiency": eff, "rows": rows, "gpt3": gpt3,
+            "days_ours": flops_per_token(g, recompute=True) * seconds / 86400,
+            "days_8tp": 8 * 175e9 * seconds / 86400,
+            "days_eq3": 96 * L * h**2 * (1 + s / (6 * h) + V / (16 * L * h)) * seconds / 86400}
 
 
 def table(c: dict) -> go.Figure:
@@ -78,14 +102,16 @@ def table(c: dict) -> go.Figure:
     for row, est in zip(LLAMA3, c[V]["rows"]):
         rows.append((f"Llama 3 405B, {row['name']}: {est.layout}", f"{row['tflops']}",
                      f"{est.flops_per_gpu / 1e12:.0f}" + (" (calibrated)" if row is LLAMA3[0] else ""),
-                     f"{est.step_s:.1f} s, bubble {est.bubble:.0%}", f"{est.memory.total / GB:.1f} GB"))
-    g = c["gpt3"]
-    rows.append((f"GPT-3 175B, 1,024 A100s: {g['run'].step.layout}", "140 (34 days)",
-                 f"140, {g['run'].days:.1f} days", f"{g['run'].step.step_s:.1f} s, bubble {g['run'].step.bubble:.0%}",
-                 f"{g['run'].step.memory.total / GB:.1f} GB"))
+                     f"{est.step_s:.1f} s, bubble {est.bubble:.0%}", f"{est.memory.total / GB:.0f} GB"))
+    m = c["megatron"]
+    for row, est in [*zip(MTNLG, m["rows"]), (GPT3, m["gpt3"])]:
+        rows.append((f"{row['name']}: {est.layout}", f"{row['tflops']} (with recomputation)",
+                     f"{est.hardware_flops_per_gpu / 1e12:.0f}" + (" (calibrated)" if row is MTNLG[0] else ""),
+                     f"{est.step_s:.1f} s, bubble {est.bubble:.0%}", f"{est.memory.total / GB:.0f} GB"))
     return plots.table(("published run and layout", "published TFLOP/s per GPU", "planner (computed)",
-                        "step (computed)", "memory per GPU"), rows, row_height=40,
-                       title=f"Published runs through the planner (Llama 3 with v = {V}, every layer recomputed)")
+                        "step (computed)", "memory per GPU"), rows, row_height=34,
+                       title=f"Published runs through the planner: H100s calibrated on Llama 3's first row (v = {V}), "
+                             "A100s on MT-NLG's")
 
 
 def schedules_figure(c: dict) -> go.Figure:
@@ -119,12 +145,22 @@ def findings(ledger: Ledger, c: dict) -> Findings:
                "(the least memory per GPU with cp = 1, predicted, GB)", no_cp / GB, at_least(80), kind="computed")
     ledger.note("long_context_best", {"layout": str(best.layout), "step_s": best.step_s,
                                       "memory_gb": best.memory.total / GB})
-    g = c["gpt3"]
-    ledger.add("gpt3_days", "GPT-3 175B at Narayanan et al.'s 140 TFLOP/s per A100: the planner's run takes their "
-               "eq. 3's days within 2% (computed ÷ computed − 1)", g["run"].days / g["days_eq3"] - 1,
-               approx(0.0, abs=0.02), source="Narayanan et al. 2021, eq. 3 and section 5.1", kind="computed")
+    m = c["megatron"]
+    mt = [e.hardware_flops_per_gpu / 1e12 / row["tflops"] - 1 for row, e in zip(MTNLG, m["rows"])]
+    gpt3 = m["gpt3"].hardware_flops_per_gpu / 1e12
+    ledger.add("mtnlg_3360", "Calibrated on MT-NLG 530B's 2,240-GPU layout, the planner predicts its 3,360-GPU "
+               "layout's 113 TFLOP/s per A100 within 6% (computed ÷ published − 1; the same rate as on 2,240 GPUs "
+               "would be 11.5% off)", mt[2], approx(0.0, abs=0.06), source="Smith et al. 2022, section 2.4",
+               kind="computed")
+    ledger.add("gpt3_predicted", "… and GPT-3 175B's 140 TFLOP/s per A100 on 1,024 GPUs within 10% (computed ÷ "
+               "published − 1)", gpt3 / 140 - 1, approx(0.0, abs=0.10), source="Narayanan et al. 2021, section 5.1",
+               kind="computed")
+    ledger.add("gpt3_days", "GPT-3 175B at 140 TFLOP/s per A100: our FLOP count gives Narayanan et al.'s eq. 3 "
+               "days within 2% (computed ÷ computed − 1)", m["days_ours"] / m["days_eq3"] - 1, approx(0.0, abs=0.02),
+               source="Narayanan et al. 2021, eq. 3", kind="computed")
     ledger.add("gpt3_fits", "GPT-3 175B as TP 8 × PP 16 × DP 8 fits 80 GB A100s (predicted, ZeRO-1, every layer "
-               "recomputed)", g["run"].step.fits, is_true(), kind="computed")
+               "recomputed)", m["gpt3"].fits, is_true(), kind="computed")
+    ledger.note("a100_efficiency", m["efficiency"])
     return Findings([
         f"Calibrated once, on 8,192 GPUs (efficiency {c[V]['efficiency']:.0%} of peak while computing), the planner "
         f"predicts **{pred[V]:.0f}** TFLOP/s per GPU on 16,384 GPUs; Llama 3 reported 400.",
@@ -134,6 +170,9 @@ def findings(ledger: Ledger, c: dict) -> Findings:
         f"GPU. Llama 3's cp = 16 needs {long.memory.total / GB:.0f} GB; the planner's fastest is {best.layout}.",
         f"For that long-context layout the planner predicts {long.flops_per_gpu / 1e12:.0f} TFLOP/s per GPU against "
         "the published 380 (see the note below).",
-        f"GPT-3 175B at 140 TFLOP/s per A100 trains 300B tokens in **{g['run'].days:.1f} days** (computed); "
-        f"Narayanan et al.'s formulas give {g['days_8tp']:.1f} (8·T·P/(n·X)) and {g['days_eq3']:.1f} (their eq. 3).",
+        f"On A100s, calibrated on MT-NLG's 2,240 GPUs, the planner predicts "
+        f"{m['rows'][2].hardware_flops_per_gpu / 1e12:.0f} TFLOP/s on 3,360 GPUs (published 113) and **{gpt3:.0f}** "
+        "for GPT-3's layout (published 140).",
+        f"At 140 TFLOP/s per A100, GPT-3's 300B tokens take **{m['days_ours']:.1f} days** (computed); Narayanan "
+        f"et al.'s formulas give {m['days_8tp']:.1f} (8·T·P/(n·X), the quoted 34) and {m['days_eq3']:.1f} (eq. 3).",
     ])
