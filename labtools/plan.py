@@ -14,8 +14,8 @@ Pure functions of numbers — no torch.distributed, nothing measured here. Every
 
 The FLOPs of a run and its days at a given MFU are in labtools.compute.
 
-Used by notebooks/06_memory_budget.ipynb; the pipeline, tensor-parallel and compute lessons build on it, and lesson 15
-(notebooks/15_plan_a_run.ipynb) plans whole runs with it.
+Used by notebooks/06_memory_budget.ipynb; the pipeline, tensor-parallel and compute lessons build on it, and lesson 16
+(notebooks/16_plan_a_run.ipynb) plans whole runs with it.
 """
 
 import math

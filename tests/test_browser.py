@@ -29,7 +29,8 @@ from labtools.claims import KINDS, read_ledgers
 ROOT = Path(__file__).resolve().parents[1]
 # Lessons that read the loopback interface's byte counters run last, and not while another test process launches
 # ranks: tests/suite.py (make test) names a file in LABTOOLS_WAIT_FOR that appears when its unit tests are done.
-LOOPBACK = ("07_data_parallel", "08_fsdp_zero", "09_pipeline_parallel", "10_tensor_parallel", "14_context_parallel")
+LOOPBACK = ("07_data_parallel", "08_fsdp_zero", "09_pipeline_parallel", "10_tensor_parallel", "14_context_parallel",
+            "15_mixture_of_experts")
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"), key=lambda p: (p.stem in LOOPBACK, p.stem))
 WAIT_TIMEOUT_S = 1800
 ARTIFACTS = ROOT / "build" / "browser"
@@ -51,7 +52,8 @@ EXERCISES = {"00_training_loop": "lessons.training_loop.adamw_exercise",
              "12_compute_budget": "lessons.compute_budget.flops_exercise",
              "13_profiling": "lessons.profiling.intensity_exercise",
              "14_context_parallel": "lessons.context_parallel.merge_exercise",
-             "15_plan_a_run": "lessons.plan_a_run.memory_exercise",
+             "15_mixture_of_experts": "lessons.mixture_of_experts.router_exercise",
+             "16_plan_a_run": "lessons.plan_a_run.memory_exercise",
              "07_data_parallel": "lessons.data_parallel.ring_exercise"}
 
 

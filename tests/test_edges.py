@@ -10,9 +10,8 @@ import pytest
 
 import labtools.config
 from lessons import (activation_checkpointing, adamw_vs_adam_l2, compute_budget, context_parallel, data_parallel,
-                     fault_tolerance,
-                     fsdp_zero, lr_schedules, memory_budget, mixed_precision, pipeline_parallel, plan_a_run,
-                     profiling, stability, tensor_parallel, training_loop)
+                     fault_tolerance, fsdp_zero, lr_schedules, memory_budget, mixed_precision, mixture_of_experts,
+                     pipeline_parallel, plan_a_run, profiling, stability, tensor_parallel, training_loop)
 from lessons.activation_checkpointing import playground as checkpointing_playground
 from lessons.adamw_vs_adam_l2 import landscape
 from lessons.data_parallel import playground as ddp_playground
@@ -22,7 +21,7 @@ from lessons.training_loop import playground as size_playground
 
 LESSONS = (training_loop, adamw_vs_adam_l2, lr_schedules, stability, mixed_precision, activation_checkpointing,
            memory_budget, data_parallel, fsdp_zero, pipeline_parallel, tensor_parallel, fault_tolerance, compute_budget,
-           profiling, context_parallel, plan_a_run)
+           profiling, context_parallel, mixture_of_experts, plan_a_run)
 
 
 def _checks(source: str, cls: str) -> list[tuple[str, str, str, str]]:

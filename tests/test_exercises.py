@@ -488,9 +488,10 @@ def test_every_lessons_exercise_reports_an_unfilled_stub_as_not_written_and_runs
         "save_exercise": lambda m, f: m.check_save(f, tmp_path), "flops_exercise": lambda m, f: m.check_flops(f, []),
         "intensity_exercise": lambda m, f: m.check_intensity(f, {"ops": [], "ridge": 1.0}),
         "merge_exercise": lambda m, f: m.check_merge(f), "memory_exercise": lambda m, f: m.check_model_states(f),
+        "router_exercise": lambda m, f: m.check_route(f),
         "ring_exercise": lambda m, f: m.check(f, data_parallel.settings("smoke")),
     }
-    assert len(EXERCISES) == 16
+    assert len(EXERCISES) == 17
     for lesson, name in EXERCISES.items():
         module = importlib.import_module(name)
         out = checks[name.rsplit(".", 1)[1]](module, _stub_of(module))

@@ -1,4 +1,4 @@
-"""Lesson 15: the planner with context parallelism and whole runs, the published runs it reproduces, the memory
+"""Lesson 16: the planner with context parallelism and whole runs, the published runs it reproduces, the memory
 exercise, the panel, and the calibrated prediction of a 2-rank run."""
 
 import dataclasses

@@ -1,7 +1,7 @@
-"""Lesson 15 — plan a training run: every lesson's piece in one planner, checked against published runs and
+"""Lesson 16 — plan a training run: every lesson's piece in one planner, checked against published runs and
 calibrated on this machine.
 
-The settings of notebooks/15_plan_a_run.ipynb. One module per section:
+The settings of notebooks/16_plan_a_run.ipynb. One module per section:
 
     example.py          the running example: a 70B model on 2,048 H100s, its layouts ranked, the whole run
     memory_exercise.py  your turn: the model states each GPU holds under a layout

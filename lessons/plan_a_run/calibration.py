@@ -1,4 +1,4 @@
-"""Lesson 15, section 4: the planner on this machine — measure what it needs (matmul peak, a step's compute, the
+"""Lesson 16, section 4: the planner on this machine — measure what it needs (matmul peak, a step's compute, the
 all-reduce's latency and bandwidth), predict a 2-rank data-parallel step, and run that step."""
 
 import statistics

@@ -1,4 +1,4 @@
-"""Lesson 15, sections 1-2: the running example — a 70B model on 15T tokens with 2,048 H100s: its layouts ranked,
+"""Lesson 16, sections 1-2: the running example — a 70B model on 15T tokens with 2,048 H100s: its layouts ranked,
 why the best one wins, and the whole run in days, dollars and failures."""
 
 import plotly.graph_objects as go

@@ -1,4 +1,4 @@
-"""Lesson 15, your turn: the bytes of model states (weights, gradients, master weights, Adam's moments) one GPU
+"""Lesson 16, your turn: the bytes of model states (weights, gradients, master weights, Adam's moments) one GPU
 holds under a layout and a ZeRO stage, checked against the planner's memory_per_gpu."""
 
 import html

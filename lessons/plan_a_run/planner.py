@@ -1,4 +1,4 @@
-"""Lesson 15, section 5: plan your own run — a model, a cluster, a layout; memory, step, days and dollars."""
+"""Lesson 16, section 5: plan your own run — a model, a cluster, a layout; memory, step, days and dollars."""
 
 import dataclasses
 

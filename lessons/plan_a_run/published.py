@@ -1,4 +1,4 @@
-"""Lesson 15, section 3: published runs through the planner — Llama 3 405B's three layouts on H100s; Megatron-Turing
+"""Lesson 16, section 3: published runs through the planner — Llama 3 405B's three layouts on H100s; Megatron-Turing
 NLG 530B's three and GPT-3 175B's on A100s."""
 
 import dataclasses

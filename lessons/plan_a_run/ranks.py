@@ -1,6 +1,6 @@
-"""Lesson 15's rank function: this machine measured for the planner, and the run it predicts.
+"""Lesson 16's rank function: this machine measured for the planner, and the run it predicts.
 
-Launched from notebooks/15_plan_a_run.ipynb through lessons/plan_a_run/calibration.py, or by hand:
+Launched from notebooks/16_plan_a_run.ipynb through lessons/plan_a_run/calibration.py, or by hand:
 
     $ python -m labtools.parallel make-job lessons.plan_a_run.ranks:calibrate '{}' --run-dir RUN
     $ torchrun --standalone --nproc-per-node 2 -m labtools.parallel.worker RUN/job.json

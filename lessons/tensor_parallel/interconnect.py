@@ -1,6 +1,6 @@
 """Lesson 10, section 6: tensor parallelism at the scale of a real run — why it stays inside a node, on paper.
 
-The whole-cluster planner that ranks layouts is lesson 15's (lessons/plan_a_run)."""
+The whole-cluster planner that ranks layouts is lesson 16's (lessons/plan_a_run)."""
 
 import dataclasses
 
@@ -31,7 +31,7 @@ def findings(ledger: Ledger, ratio: dict) -> Findings:
         f"Over NVLink, GPT-3's tensor-parallel all-reduces cost **{ratio['nvlink']:.1%}** of the compute time; the "
         f"same TP 8 across nodes would cost **{ratio['network']:.0%}** (computed). Tensor parallelism stays inside a "
         "node.",
-        "Lesson 15 weighs this against the pipeline's bubble and the other collectives for every layout of a "
+        "Lesson 16 weighs this against the pipeline's bubble and the other collectives for every layout of a "
         "cluster.",
     ])
 

@@ -1,0 +1,110 @@
+"""Lesson 15's rank function: expert parallelism — each of N ranks holds E/N experts; tokens travel to their
+experts and back with all-to-all; output and gradients against one process; bytes counted and on the wire.
+
+Launched from notebooks/15_mixture_of_experts.ipynb through lessons/mixture_of_experts/experts.py, or by hand:
+
+    $ python -m labtools.parallel make-job lessons.mixture_of_experts.ranks:expert_parallel '{}' --run-dir RUN
+    $ torchrun --standalone --nproc-per-node 2 -m labtools.parallel.worker RUN/job.json
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.distributed.nn.functional as dnn
+
+from labtools.config import LabConfig
+from labtools.model import GPTConfig
+from labtools.moe import MoEMLP, capacity, dispatch, route
+from labtools.parallel.comm import WireBytes
+from labtools.parallel.toolkit import device, rank, world_size
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExpertJob(LabConfig):
+    n_experts: int = 4
+    top_k: int = 2
+    capacity_factor: float = 2.0
+    tokens: int = 64       # tokens per rank
+
+
+def layer(job: ExpertJob) -> MoEMLP:
+    """The same MoE layer on every rank (seeded): router and all E experts."""
+    torch.manual_seed(job.seed)
+    cfg = GPTConfig(vocab_size=8, block_size=8, n_layer=1, n_head=job.n_head, n_embd=job.n_embd)
+    m = MoEMLP(cfg, job.n_experts, job.top_k, job.capacity_factor).to(device())
+    for p in m.parameters():
+        torch.nn.init.normal_(p, std=0.1)
+    return m
+
+
+def tokens(job: ExpertJob, r: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rank r's tokens and the weights R of its loss Σ out · R."""
+    g = torch.Generator().manual_seed(job.seed * 1000 + r + 1)
+    return (torch.randn(job.tokens, job.n_embd, generator=g).to(device()),
+            torch.randn(job.tokens, job.n_embd, generator=g).to(device()))
+
+
+def expert_forward(m: MoEMLP, x: torch.Tensor, counter: dict) -> torch.Tensor:
+    """The MoE layer with its experts spread over the ranks: rank r holds experts [r·E/N, (r+1)·E/N). Route here,
+    send each token to the rank of its expert (all-to-all), run the local experts, send the results back (all-to-all
+    again), combine with the gates. counter["forward"]: the bytes this rank handed the all-to-alls for other ranks
+    (its own rows stay in place)."""
+    N, r, E = world_size(), rank(), m.n_experts
+    local = E // N
+    routing = route(m.router(x), m.top_k, capacity(x.size(0), E, m.top_k, m.capacity_factor))
+    token, gate, counts = dispatch(routing)                      # kept assignments, grouped by expert
+    send = counts.view(N, local)                                 # per destination rank, per its local expert
+    recv = torch.empty_like(send)
+    dist.all_to_all_single(recv, send.contiguous())              # how many tokens each rank sends me, per expert
+    send_rows, recv_rows = send.sum(1).tolist(), recv.sum(1).tolist()
+    x_send = x[token]
+    x_recv = dnn.all_to_all_single(x.new_empty(sum(recv_rows), x.size(1)), x_send, recv_rows, send_rows)
+    # x_recv holds, for each source rank in turn, its tokens for my experts, grouped by expert: run each group
+    pieces, start = [], 0
+    for src in range(N):
+        for e in range(local):
+            n = int(recv[src, e])
+            pieces.append(m.experts[r * local + e](x_recv[start:start + n]))
+            start += n
+    y_recv = torch.cat(pieces) if pieces else x_recv
+    y_send = dnn.all_to_all_single(x.new_empty(x_send.shape), y_recv, send_rows, recv_rows)
+    counter["forward"] = 2 * (x_send.numel() - send_rows[r] * x.size(1)) * x.element_size()  # there and back
+    counter["kept"] = int(token.numel())
+    return torch.zeros_like(x).index_add(0, token, y_send * gate[:, None])
+
+
+def expert_parallel(job: ExpertJob) -> dict:
+    """One process's MoE layer on this rank's tokens (all experts here) against the expert-parallel one: output,
+    the gradients of the tokens and the router, and each expert's gradient summed over the ranks' tokens; bytes
+    this rank sent for one forward and backward, counted and on the wire."""
+    N, r = world_size(), rank()
+    m = layer(job)
+    x, R = tokens(job, r)
+    xr = x.clone().requires_grad_()
+    ref = m(xr)
+    (ref * R).sum().backward()
+    ref_x, ref_router = xr.grad, m.router.weight.grad.clone()
+    local = job.n_experts // N
+    mine = range(r * local, (r + 1) * local)
+    ref_experts = torch.cat([p.grad.reshape(-1) for p in m.experts.parameters()])
+    dist.all_reduce(ref_experts)  # each expert's gradient over every rank's tokens, as its owner will hold it
+    m.zero_grad(set_to_none=True)
+    xe = x.clone().requires_grad_()
+    counter: dict = {}
+    with WireBytes() as wire:
+        out = expert_forward(m, xe, counter)
+        (out * R).sum().backward()
+    sizes = [sum(p.numel() for p in e.parameters()) for e in m.experts]
+    offsets = [sum(sizes[:e]) for e in range(job.n_experts)]
+    grads = {e: torch.cat([p.grad.reshape(-1) for p in m.experts[e].parameters()]) for e in mine}
+    expert_diff = max((grads[e] - ref_experts[offsets[e]:offsets[e] + sizes[e]]).abs().max().item() for e in mine)
+    untouched = all(p.grad is None for e in range(job.n_experts) if e not in mine for p in m.experts[e].parameters())
+    load = torch.bincount(route(m.router(x), job.top_k, 10**9).expert.reshape(-1), minlength=job.n_experts)
+    return {"rank": r, "max_diff": {"out": (out - ref).abs().max().item(), "x": (xe.grad - ref_x).abs().max().item(),
+                                    "router": (m.router.weight.grad - ref_router).abs().max().item(),
+                                    "experts": expert_diff},
+            "others_untouched": untouched,
+            "bytes": 2 * counter["forward"],  # backward sends the gradients back the same way
+            "kept": counter["kept"], "wire": wire.bytes,
+            "load": load.tolist(), "backend": dist.get_backend()}
