@@ -92,6 +92,7 @@ def test_llama3_calibrated_on_one_layout_predicts_the_next_only_with_an_interlea
     from lessons.plan_a_run import published
     c = published.llama3()
     c["megatron"] = published.megatron()
+    c["deepseek"] = published.deepseek()
     c["long"] = published.long_context()
     ledger = Ledger("t")
     published.findings(ledger, c)

@@ -21,15 +21,16 @@ class Settings(LabConfig):
     capacity_factor: float  # slots per expert = ⌈factor · tokens · k / E⌉
     balance_weight: float   # α, the balancing loss's weight in the training loss
     ep: int                 # ranks the experts are spread over
+    dp: int                 # data-parallel replicas of that expert-parallel group (dp × ep ranks in all)
     ep_tokens: int          # tokens per rank in the expert-parallel check
 
     RANGES = {"N_EXPERTS": (2, 64), "CAPACITY_FACTOR": (0.1, 16.0), "BALANCE_WEIGHT": (0.0, 1.0),
-              "EP_TOKENS": (8, 1 << 16)}
+              "EP_TOKENS": (8, 1 << 16), "DP": (1, 4)}
 
     def __post_init__(self):
         super().__post_init__()
         check_range("TOP_K", self.top_k, 1, self.n_experts, int)      # k of the E experts
-        check_range("EP", self.ep, 2, min(8, self.n_experts), int)    # at least one expert per rank
+        check_range("EP", self.ep, 2, min(8 // self.dp, self.n_experts), int)  # an expert per rank, ≤ 8 ranks
         if self.n_experts % self.ep:
             raise ValueError(f"N_EXPERTS ({self.n_experts}) must divide evenly over EP = {self.ep} ranks")
 
@@ -37,11 +38,13 @@ class Settings(LabConfig):
 PROFILES = {
     "smoke": Settings(profile="smoke", n_layer=2, n_embd=64, n_head=4, block_size=32, batch_size=16, steps=150,
                       lr=3e-3, n_experts=4, top_k=2, capacity_factor=1.25, balance_weight=0.1, ep=2,
-                      ep_tokens=64),
+                      dp=2, ep_tokens=64),
     "cpu": Settings(profile="cpu", n_layer=4, n_embd=96, n_head=4, block_size=64, batch_size=16, steps=400,
-                    lr=3e-3, n_experts=8, top_k=2, capacity_factor=1.25, balance_weight=0.1, ep=4, ep_tokens=256),
+                    lr=3e-3, n_experts=8, top_k=2, capacity_factor=1.25, balance_weight=0.1, ep=2, dp=2,
+                    ep_tokens=256),
     "gpu": Settings(profile="gpu", n_layer=6, n_embd=384, n_head=6, block_size=256, batch_size=32, steps=1000,
-                    lr=1e-3, n_experts=8, top_k=2, capacity_factor=1.25, balance_weight=0.01, ep=2, ep_tokens=4096),
+                    lr=1e-3, n_experts=8, top_k=2, capacity_factor=1.25, balance_weight=0.01, ep=2, dp=1,
+                    ep_tokens=4096),
 }
 
 

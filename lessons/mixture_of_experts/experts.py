@@ -12,24 +12,26 @@ from lessons.mixture_of_experts.ranks import ExpertJob
 
 
 def job(S: Settings) -> ExpertJob:
-    return derive(ExpertJob, S, n_experts=S.n_experts, top_k=S.top_k, capacity_factor=2.0, tokens=S.ep_tokens)
+    return derive(ExpertJob, S, n_experts=S.n_experts, top_k=S.top_k, capacity_factor=2.0, tokens=S.ep_tokens,
+                  dp=S.dp)
 
 
 def run(S: Settings) -> list[dict]:
-    """One launch of S.ep ranks (gloo on the CPU, NCCL where every rank has a GPU)."""
-    return launch(ranks.expert_parallel, S.ep, job(S), desc=f"expert parallelism × {S.ep}", timeout_s=300)
+    """One launch of dp × ep ranks (gloo on the CPU, NCCL where every rank has a GPU)."""
+    return launch(ranks.expert_parallel, S.dp * S.ep, job(S), desc=f"experts: dp {S.dp} × ep {S.ep}",
+                  timeout_s=300)
 
 
 def predicted_bytes(tokens: int, k: int, n_embd: int, ranks_: int, bytes_per_element: int = 4) -> float:
     """Bytes a rank sends per forward and backward if its router spread tokens evenly: k·tokens assignments, of
-    which (N−1)/N go to other ranks, each a row of n_embd numbers sent there and its result sent back; backward
-    sends the gradients the same two ways."""
+    which (N−1)/N go to the other ranks of its expert-parallel group, each a row of n_embd numbers sent there and
+    its result sent back; backward sends the gradients the same two ways."""
     return 4 * k * tokens * (ranks_ - 1) / ranks_ * n_embd * bytes_per_element
 
 
 def figure(res: list[dict]) -> go.Figure:
     """Bytes each rank sent: predicted for an even router, counted from the actual routing, read off the wire."""
-    N = len(res)
+    N, ep = len(res), res[0]["ep"]
     j = res[0]
     fig = go.Figure()
     fig.add_trace(go.Bar(x=[f"rank {x['rank']}" for x in res], y=[x["bytes"] / 1e3 for x in res],
@@ -38,26 +40,28 @@ def figure(res: list[dict]) -> go.Figure:
         fig.add_trace(go.Bar(x=[f"rank {x['rank']}" for x in res], y=[res[0]["wire"] / N / 1e3] * N,
                              name="on the wire ÷ ranks (loopback)", marker_color=plots.color(1)))
     plots.marked_line(fig, y=j["predicted"] / 1e3, text="predicted, even router")
-    plots.style(fig, f"Expert parallelism on {N} ranks: bytes per forward and backward", None, "kB")
+    plots.style(fig, f"Expert parallelism, {N // ep} groups of {ep} ranks: bytes per forward and backward", None,
+                "kB")
     fig.update_layout(barmode="group")
     return fig
 
 
 def findings(ledger: Ledger, res: list[dict], S: Settings) -> Findings:
-    N = len(res)
+    N, ep, dp = len(res), res[0]["ep"], res[0]["dp"]
     for x in res:
-        x["predicted"] = predicted_bytes(S.ep_tokens, S.top_k, S.n_embd, N)
+        x["predicted"] = predicted_bytes(S.ep_tokens, S.top_k, S.n_embd, ep)
     worst = {k: max(x["max_diff"][k] for x in res) for k in res[0]["max_diff"]}
-    ledger.add("ep_parity", f"Experts spread over {N} ranks, tokens sent by all-to-all: output and the gradients of "
-               "the tokens, the router and every expert equal one process's (largest difference)", max(worst.values()),
-               at_most(1e-5), kind="measured")
+    ledger.add("ep_parity", f"Experts spread over groups of {ep} ranks, tokens sent by all-to-all, {dp} groups "
+               "data-parallel: output and the gradients of the tokens, the router and every expert equal one "
+               "process's (largest difference)", max(worst.values()), at_most(1e-5), kind="measured")
     ledger.add("ep_local_only", "Each rank's backward touches only its own experts' weights",
                all(x["others_untouched"] for x in res), is_true(), kind="measured", detail=True)
     counted = sum(x["bytes"] for x in res)
-    out = [f"On {N} ranks ({res[0]['backend']}), output and gradients match one process to "
-           f"**{max(worst.values()):.1e}**; each rank's backward touched only its own experts."]
+    out = [f"On {N} ranks ({res[0]['backend']}), {dp} data-parallel groups of {ep} expert-parallel ranks, output and "
+           f"gradients match one process to **{max(worst.values()):.1e}**; each rank's backward touched only its own "
+           "experts."]
     mean = counted / N / res[0]["predicted"]
-    ledger.add("ep_predicted", "A rank sends about what an even router predicts, 4·k·tokens·(N−1)/N rows of h "
+    ledger.add("ep_predicted", "A rank sends about what an even router predicts, 4·k·tokens·(ep−1)/ep rows of h "
                "numbers (counted ÷ predicted, mean over ranks; a fresh router is nearly even)", mean,
                approx(1.0, rel=0.25), kind="counted")
     if res[0]["wire"] is not None:

@@ -1,10 +1,11 @@
-"""Lesson 15's rank function: expert parallelism — each of N ranks holds E/N experts; tokens travel to their
-experts and back with all-to-all; output and gradients against one process; bytes counted and on the wire.
+"""Lesson 15's rank function: expert parallelism — each of the ep ranks of a group holds E/ep experts; tokens travel
+to their experts and back with all-to-all; dp such groups train as data-parallel replicas; output and gradients
+against one process; bytes counted and on the wire.
 
 Launched from notebooks/15_mixture_of_experts.ipynb through lessons/mixture_of_experts/experts.py, or by hand:
 
     $ python -m labtools.parallel make-job lessons.mixture_of_experts.ranks:expert_parallel '{}' --run-dir RUN
-    $ torchrun --standalone --nproc-per-node 2 -m labtools.parallel.worker RUN/job.json
+    $ torchrun --standalone --nproc-per-node 4 -m labtools.parallel.worker RUN/job.json
 """
 
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 import torch.distributed.nn.functional as dnn
+from torch.distributed.device_mesh import init_device_mesh
 
 from labtools.config import LabConfig
 from labtools.model import GPTConfig
@@ -26,6 +28,7 @@ class ExpertJob(LabConfig):
     top_k: int = 2
     capacity_factor: float = 2.0
     tokens: int = 64       # tokens per rank
+    dp: int = 1            # expert-parallel groups, data-parallel replicas of each other (world = dp × ep)
 
 
 def layer(job: ExpertJob) -> MoEMLP:
@@ -45,21 +48,22 @@ def tokens(job: ExpertJob, r: int) -> tuple[torch.Tensor, torch.Tensor]:
             torch.randn(job.tokens, job.n_embd, generator=g).to(device()))
 
 
-def expert_forward(m: MoEMLP, x: torch.Tensor, counter: dict) -> torch.Tensor:
-    """The MoE layer with its experts spread over the ranks: rank r holds experts [r·E/N, (r+1)·E/N). Route here,
+def expert_forward(m: MoEMLP, x: torch.Tensor, counter: dict, group=None) -> torch.Tensor:
+    """The MoE layer with its experts spread over the ranks of `group` (all ranks by default): its rank r holds
+    experts [r·E/N, (r+1)·E/N). Route here,
     send each token to the rank of its expert (all-to-all), run the local experts, send the results back (all-to-all
     again), combine with the gates. counter["forward"]: the bytes this rank handed the all-to-alls for other ranks
     (its own rows stay in place)."""
-    N, r, E = world_size(), rank(), m.n_experts
+    N, r, E = dist.get_world_size(group), dist.get_rank(group), m.n_experts
     local = E // N
     routing = route(m.router(x), m.top_k, capacity(x.size(0), E, m.top_k, m.capacity_factor))
     token, gate, counts = dispatch(routing)                      # kept assignments, grouped by expert
     send = counts.view(N, local)                                 # per destination rank, per its local expert
     recv = torch.empty_like(send)
-    dist.all_to_all_single(recv, send.contiguous())              # how many tokens each rank sends me, per expert
+    dist.all_to_all_single(recv, send.contiguous(), group=group)  # how many tokens each rank sends me, per expert
     send_rows, recv_rows = send.sum(1).tolist(), recv.sum(1).tolist()
     x_send = x[token]
-    x_recv = dnn.all_to_all_single(x.new_empty(sum(recv_rows), x.size(1)), x_send, recv_rows, send_rows)
+    x_recv = dnn.all_to_all_single(x.new_empty(sum(recv_rows), x.size(1)), x_send, recv_rows, send_rows, group)
     # x_recv holds, for each source rank in turn, its tokens for my experts, grouped by expert: run each group
     pieces, start = [], 0
     for src in range(N):
@@ -68,42 +72,55 @@ def expert_forward(m: MoEMLP, x: torch.Tensor, counter: dict) -> torch.Tensor:
             pieces.append(m.experts[r * local + e](x_recv[start:start + n]))
             start += n
     y_recv = torch.cat(pieces) if pieces else x_recv
-    y_send = dnn.all_to_all_single(x.new_empty(x_send.shape), y_recv, send_rows, recv_rows)
+    y_send = dnn.all_to_all_single(x.new_empty(x_send.shape), y_recv, send_rows, recv_rows, group)
     counter["forward"] = 2 * (x_send.numel() - send_rows[r] * x.size(1)) * x.element_size()  # there and back
     counter["kept"] = int(token.numel())
     return torch.zeros_like(x).index_add(0, token, y_send * gate[:, None])
 
 
 def expert_parallel(job: ExpertJob) -> dict:
-    """One process's MoE layer on this rank's tokens (all experts here) against the expert-parallel one: output,
-    the gradients of the tokens and the router, and each expert's gradient summed over the ranks' tokens; bytes
-    this rank sent for one forward and backward, counted and on the wire."""
-    N, r = world_size(), rank()
+    """One process's MoE layer on this rank's tokens (all experts here) against the expert-parallel one, its groups
+    of ep = world / dp ranks data-parallel replicas of each other: output, the gradient of the tokens, and the
+    router's and every expert's gradient summed over all ranks' tokens (the data-parallel all-reduce); bytes this
+    rank handed all-to-all for one forward and backward, and those on the wire."""
+    W = world_size()
+    if W % job.dp:
+        raise ValueError(f"dp ({job.dp}) must divide the world size ({W})")
+    ep = W // job.dp
+    mesh = init_device_mesh(device().type, (job.dp, ep), mesh_dim_names=("dp", "ep"))
+    ep_group, dp_group = mesh.get_group("ep"), mesh.get_group("dp")
+    r = dist.get_rank(ep_group)
     m = layer(job)
-    x, R = tokens(job, r)
+    x, R = tokens(job, rank())
     xr = x.clone().requires_grad_()
     ref = m(xr)
     (ref * R).sum().backward()
-    ref_x, ref_router = xr.grad, m.router.weight.grad.clone()
-    local = job.n_experts // N
+    ref_x = xr.grad
+    ref_router = m.router.weight.grad.clone()
+    dist.all_reduce(ref_router)  # every rank's tokens
+    local = job.n_experts // ep
     mine = range(r * local, (r + 1) * local)
     ref_experts = torch.cat([p.grad.reshape(-1) for p in m.experts.parameters()])
-    dist.all_reduce(ref_experts)  # each expert's gradient over every rank's tokens, as its owner will hold it
+    dist.all_reduce(ref_experts)  # each expert's gradient over every rank's tokens
     m.zero_grad(set_to_none=True)
     xe = x.clone().requires_grad_()
     counter: dict = {}
     with WireBytes() as wire:
-        out = expert_forward(m, xe, counter)
+        out = expert_forward(m, xe, counter, ep_group)
         (out * R).sum().backward()
+    # data parallelism: the router is on every rank, an expert on one rank of each group
+    dist.all_reduce(m.router.weight.grad)
+    grads = {e: torch.cat([p.grad.reshape(-1) for p in m.experts[e].parameters()]) for e in mine}
+    for g in grads.values():
+        dist.all_reduce(g, group=dp_group)
     sizes = [sum(p.numel() for p in e.parameters()) for e in m.experts]
     offsets = [sum(sizes[:e]) for e in range(job.n_experts)]
-    grads = {e: torch.cat([p.grad.reshape(-1) for p in m.experts[e].parameters()]) for e in mine}
     expert_diff = max((grads[e] - ref_experts[offsets[e]:offsets[e] + sizes[e]]).abs().max().item() for e in mine)
     untouched = all(p.grad is None for e in range(job.n_experts) if e not in mine for p in m.experts[e].parameters())
     load = torch.bincount(route(m.router(x), job.top_k, 10**9).expert.reshape(-1), minlength=job.n_experts)
-    return {"rank": r, "max_diff": {"out": (out - ref).abs().max().item(), "x": (xe.grad - ref_x).abs().max().item(),
-                                    "router": (m.router.weight.grad - ref_router).abs().max().item(),
-                                    "experts": expert_diff},
+    return {"rank": rank(), "ep_rank": r, "dp": job.dp, "ep": ep,
+            "max_diff": {"out": (out - ref).abs().max().item(), "x": (xe.grad - ref_x).abs().max().item(),
+                         "router": (m.router.weight.grad - ref_router).abs().max().item(), "experts": expert_diff},
             "others_untouched": untouched,
             "bytes": 2 * counter["forward"],  # backward sends the gradients back the same way
             "kept": counter["kept"], "wire": wire.bytes,

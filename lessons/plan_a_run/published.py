@@ -6,7 +6,7 @@ import dataclasses
 import plotly.graph_objects as go
 
 from labtools import plots
-from labtools.claims import Findings, Ledger, approx, at_least, is_true
+from labtools.claims import Findings, Ledger, approx, at_least, at_most, is_true
 from labtools.compute import flops_per_token
 from labtools.plan import MODELS, Layout, ModelShape, rank_layouts, step_time
 from lessons.plan_a_run import A100, GB, H100
@@ -30,6 +30,10 @@ MTNLG = (
 # GPT-3 175B as Narayanan et al. 2021 (section 5.1) laid it out on 1024 A100s, batch 1536: 140 teraFLOP/s per GPU,
 # hence "about 34 days" for 300B tokens.
 GPT3 = dict(name="GPT-3 175B, 1,024 GPUs", layout=Layout(8, 8, 16), batch=1536, tflops=140)
+# DeepSeek-V3 (DeepSeek-AI 2024): 14.8T tokens of 4,096 on 2,048 H800s (pp 16, ep 64 across 8 nodes, ZeRO-1 data
+# parallelism), 2.664M GPU-hours of pre-training. Its shape is lesson 15's (lessons/mixture_of_experts/scale.py).
+DEEPSEEK = dict(name="DeepSeek-V3, 2,048 H800s", gpus=2048, tokens=14.8e12, seq=4096, gpu_hours=2.664e6, pp=16, ep=64,
+                heads=128, qk_dim=192, v_dim=128)
 SCHEDULES = (1, 2, 4, 8)  # virtual stages per rank v: plain 1F1B is v = 1
 V = 4                     # the planner's choice for Llama 3: the paper does not publish v
 
@@ -97,6 +101,22 @@ def megatron() -> dict:
             "days_eq3": 96 * L * h**2 * (1 + s / (6 * h) + V / (16 * L * h)) * seconds / 86400}
 
 
+def deepseek() -> dict:
+    """DeepSeek-V3's FLOPs per token from its active parameters (6N) and its attention (6·s·a·(d_qk + d_v) per layer,
+    lesson 12's 12·L·s·h when d_qk = d_v = h/a), the TFLOP/s per GPU its published GPU-hours imply, and its model
+    states per GPU at its published layout."""
+    from lessons.mixture_of_experts.scale import DEEPSEEK_V3, model_states
+    d = DEEPSEEK
+    p = DEEPSEEK_V3.params()
+    attention = 6 * d["seq"] * d["heads"] * (d["qk_dim"] + d["v_dim"]) * DEEPSEEK_V3.n_layer
+    per_token = 6 * p["active"] + attention
+    achieved = per_token * d["tokens"] / (d["gpu_hours"] * 3600)
+    return {"per_token": per_token, "flops_per_gpu": achieved, "mfu_bf16": achieved / H100.peak_flops,
+            "days": d["gpu_hours"] / d["gpus"] / 24, "active": p["active"],
+            "memory": model_states(DEEPSEEK_V3, d["pp"], d["ep"], d["gpus"] // d["pp"]),
+            "memory_no_ep": model_states(DEEPSEEK_V3, d["pp"], 1, d["gpus"] // d["pp"])}
+
+
 def table(c: dict) -> go.Figure:
     rows = []
     for row, est in zip(LLAMA3, c[V]["rows"]):
@@ -108,6 +128,10 @@ def table(c: dict) -> go.Figure:
         rows.append((f"{row['name']}: {est.layout}", f"{row['tflops']} (with recomputation)",
                      f"{est.hardware_flops_per_gpu / 1e12:.0f}" + (" (calibrated)" if row is MTNLG[0] else ""),
                      f"{est.step_s:.1f} s, bubble {est.bubble:.0%}", f"{est.memory.total / GB:.0f} GB"))
+    ds = c["deepseek"]
+    rows.append((f"{DEEPSEEK['name']}: pp 16 × ep 64 × ZeRO-1 dp 128, an MoE", "not published: 2.664M GPU-hours",
+                 f"{ds['flops_per_gpu'] / 1e12:.0f} implied ({ds['mfu_bf16']:.0%} of bf16 peak)",
+                 f"{ds['days']:.0f} days", f"{ds['memory'] / GB:.0f} GB (model states)"))
     return plots.table(("published run and layout", "published TFLOP/s per GPU", "planner (computed)",
                         "step (computed)", "memory per GPU"), rows, row_height=34,
                        title=f"Published runs through the planner: H100s calibrated on Llama 3's first row (v = {V}), "
@@ -161,6 +185,11 @@ def findings(ledger: Ledger, c: dict) -> Findings:
     ledger.add("gpt3_fits", "GPT-3 175B as TP 8 × PP 16 × DP 8 fits 80 GB A100s (predicted, ZeRO-1, every layer "
                "recomputed)", m["gpt3"].fits, is_true(), kind="computed")
     ledger.note("a100_efficiency", m["efficiency"])
+    ds = c["deepseek"]
+    ledger.add("deepseek_fits", "DeepSeek-V3's published layout (pp 16, ep 64, ZeRO-1) holds its model states in "
+               "80 GB per GPU, and would not without expert parallelism (computed, GB with ep = 64)",
+               ds["memory"] / GB if ds["memory_no_ep"] > 80 * GB else float("inf"), at_most(80), kind="computed")
+    ledger.note("deepseek", ds)
     return Findings([
         f"Calibrated once, on 8,192 GPUs (efficiency {c[V]['efficiency']:.0%} of peak while computing), the planner "
         f"predicts **{pred[V]:.0f}** TFLOP/s per GPU on 16,384 GPUs; Llama 3 reported 400.",
@@ -173,6 +202,9 @@ def findings(ledger: Ledger, c: dict) -> Findings:
         f"On A100s, calibrated on MT-NLG's 2,240 GPUs, the planner predicts "
         f"{m['rows'][2].hardware_flops_per_gpu / 1e12:.0f} TFLOP/s on 3,360 GPUs (published 113) and **{gpt3:.0f}** "
         "for GPT-3's layout (published 140).",
+        f"DeepSeek-V3, an MoE, counts {ds['per_token'] / 1e9:.0f} GFLOPs per token from its 37.6B active "
+        f"parameters: its 2.664M GPU-hours imply **{ds['flops_per_gpu'] / 1e12:.0f}** TFLOP/s per H800, "
+        f"{ds['mfu_bf16']:.0%} of the bf16 peak (it multiplied in FP8).",
         f"At 140 TFLOP/s per A100, GPT-3's 300B tokens take **{m['days_ours']:.1f} days** (computed); Narayanan "
         f"et al.'s formulas give {m['days_8tp']:.1f} (8·T·P/(n·X), the quoted 34) and {m['days_eq3']:.1f} (eq. 3).",
     ])
