@@ -94,6 +94,7 @@ def index_page(lessons: list[str]) -> str:
         table = table.replace(f"(notebooks/{lesson}.ipynb)", f"({lesson}.html)")
     table = re.sub(r"\]\(notebooks/", "](../../notebooks/", table)
     order = _readme_section("## How to go through it").replace("(docs/notation.md)", "(notation.html)")
+    order = order.replace("(docs/course-map.svg)", "(course-map.svg)")
     intro = ("<h1>LLM Training Lab</h1><p>Every lesson below was executed for this book; its numbers were measured "
              "in that run and checked in its ledger. <a href='claims.html'>Claims, measured</a> gathers the outside "
              "statements the course checks.</p>")
@@ -137,6 +138,7 @@ def build(lessons: list[str], out: Path, profile: str) -> dict:
     shutil.copytree(mathjax_dir(), out / "mathjax")
     pages = [render(lesson, out, profile) for lesson in lessons]
     (out / "index.html").write_text(index_page(lessons))
+    shutil.copy(ROOT / "docs" / "course-map.svg", out / "course-map.svg")  # the index shows it
     (out / "notation.html").write_text(notation_page())
     claims, shown = claims_page([out / f"{lesson}.ipynb" for lesson in lessons])
     (out / "claims.html").write_text(claims)

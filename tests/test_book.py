@@ -54,12 +54,16 @@ def test_a_lesson_page_draws_its_figures_and_typesets_its_maths_offline(built):
         page.wait_for_function("document.querySelectorAll('.MathJax').length > 10", timeout=30_000)
         page.goto((out / "index.html").as_uri())
         linked = page.locator(f"a[href='{LESSON}.html']").count()
+        page.wait_for_function("[...document.images].every(i => i.complete)", timeout=10_000)
+        course_map = page.evaluate("[...document.images].filter(i => i.src.endsWith('course-map.svg'))"
+                                   ".map(i => i.naturalWidth)")
         page.goto((out / "claims.html").as_uri())
         verdicts = page.locator("td .ok, td .no").count()
         failed = page.locator("td .no").count()
     assert figures >= 5, f"{figures} plotly figures drawn"
     assert not raw, "LaTeX left untypeset on the lesson's page"
     assert linked == 1 and verdicts == result["statements"] > 0 and failed == 0
+    assert len(course_map) == 1 and course_map[0] > 500, course_map  # the course map is on the index, drawn
     # what was refused (require.js, plotly's own MathJax 3) the page did not need: figures and maths rendered above
     assert not any("plotly" in url.lower() and "mathjax" not in url.lower() for url in refused), refused
     assert not leftovers(marker)

@@ -8,6 +8,7 @@ Launched from notebooks/14_context_parallel.ipynb through lessons/context_parall
     $ torchrun --standalone --nproc-per-node 4 -m labtools.parallel.worker RUN/job.json
 """
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -64,33 +65,44 @@ def _torch_cp(S: Settings, ref: dict) -> dict:
         return {"ran": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"}
 
 
-def _alone(S: Settings, layout: str) -> float:
-    """This rank's forward work (its ring steps' blocks, without the sends), timed while the other ranks wait:
-    ranks take turns, so none shares the CPU (4 ranks on 2 cores would otherwise time each other), and the turns
-    alternate round by round, so that a disturbance of the machine (the browser drawing, another process) falls
-    on every rank's rounds alike rather than on all of one rank's. Best of S.rounds."""
-    q, k, v, _ = tensors(S)
+def _work_times(S: Settings, layout: str) -> list[float]:
+    """Each rank's forward work (its ring steps' blocks, without the sends), timed by rank 0 for every rank in turn,
+    round after round, and sent to all: one process on one core, so what differs is the work, not which core or
+    process a rank ran on (timed on the ranks themselves, four ranks on two cores differed by up to 1.6× for the
+    same work). Each turn repeats the forward for ~10 ms; best of S.rounds."""
     c, blocks = world_size(), pieces(layout)
-    pos = positions(S.seq, c, rank(), layout)
-    ql = q[..., pos, :]
-    ring = []  # the key/value blocks in the order the ring brings them
-    for j in range(c):
-        kp = positions(S.seq, c, (rank() - j) % c, layout)
-        ring.append((k[..., kp, :], v[..., kp, :], kp))
-    best = float("inf")
-    for _ in range(S.rounds):
-        for turn in range(c):
-            dist.barrier()
-            if turn != rank():
-                continue
-            with torch.no_grad():
-                t0 = time.thread_time()  # CPU seconds of this thread: not the time others may take from it
-                acc = [None] * blocks
-                for kb, vb, kp in ring:
-                    acc = attend(ql, pos, blocks, kb, vb, kp, acc)
-                best = min(best, time.thread_time() - t0)
-    dist.barrier()
-    return best
+    times = [math.inf] * c
+    if rank() == 0:
+        q, k, v, _ = tensors(S)
+        work = []
+        for r in range(c):
+            pos = positions(S.seq, c, r, layout)
+            ring = [(k[..., kp, :], v[..., kp, :], kp)  # the key/value blocks in the order the ring brings them
+                    for kp in (positions(S.seq, c, (r - j) % c, layout) for j in range(c))]
+            work.append((q[..., pos, :], pos, ring))
+
+        def forward(r: int) -> None:
+            ql, pos, ring = work[r]
+            acc = [None] * blocks
+            for kb, vb, kp in ring:
+                acc = attend(ql, pos, blocks, kb, vb, kp, acc)
+
+        with torch.no_grad():
+            first = []
+            for r in range(c):  # also the warm-up
+                t0 = time.thread_time()
+                forward(r)
+                first.append(time.thread_time() - t0)
+            reps = max(1, math.ceil(0.01 / max(min(first), 1e-6)))
+            for _ in range(S.rounds):
+                for r in range(c):
+                    t0 = time.thread_time()  # CPU seconds of this thread
+                    for _ in range(reps):
+                        forward(r)
+                    times[r] = min(times[r], (time.thread_time() - t0) / reps)
+    shared = [times]
+    dist.broadcast_object_list(shared, src=0)
+    return shared[0]
 
 
 def lesson_run(S: Settings) -> dict:
@@ -114,7 +126,7 @@ def lesson_run(S: Settings) -> dict:
                                      exclude=[ql, kl, vl])
         done += 2
         report_progress(done, total, f"{layout}: timing")
-        seconds = _alone(S, layout)
+        seconds = _work_times(S, layout)[r]
         done += S.rounds
         report_progress(done, total, f"{layout}: timed")
         out["layouts"][layout] = {"positions": pos.tolist(), "max_diff": diff, "bytes": counter["bytes"],

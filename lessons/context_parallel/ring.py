@@ -73,11 +73,11 @@ def layout_panel(S: Settings) -> Panel:
 
 
 def balance_figure(r: dict, S: Settings) -> go.Figure:
-    """Per rank at the largest c: score entries computed (counted) and forward seconds (measured, each rank alone),
-    each as a share of the busiest rank's, contiguous and zig-zag."""
+    """Per rank at the largest c: score entries computed (counted) and forward seconds (measured, each rank's work in
+    turn in one process), each as a share of the busiest rank's, contiguous and zig-zag."""
     c = max(S.worlds)
     res = r["c"][c]
-    fig = plots.subplots(1, 2, ["score entries computed (counted)", "forward time, each rank alone (measured)"],
+    fig = plots.subplots(1, 2, ["score entries computed (counted)", "forward time of each rank's work (measured)"],
                          height=340, title=f"Work per rank, c = {c}: contiguous vs zig-zag")
     for i, layout in enumerate(LAYOUTS):
         for col, key in ((1, "scores"), (2, "compute_s")):
@@ -140,7 +140,8 @@ def balance_findings(ledger: Ledger, r: dict, S: Settings, redraw_ms: float) -> 
     ledger.add("work_zigzag", f"c = {c}, zig-zag: every rank computes the same (busiest ÷ least busy)", work["zigzag"],
                approx(1.0, abs=1e-9), kind="counted")
     ledger.add("time_zigzag", f"c = {c}, zig-zag: the ranks' forward times within 30% of each other (busiest ÷ "
-               "least busy; each rank timed alone, best of rounds)", time["zigzag"], at_most(1.3), kind="measured")
+               "least busy; each rank's work timed in turn in one process, best of rounds)", time["zigzag"],
+               at_most(1.3), kind="measured")
     ledger.add("time_contiguous", f"c = {c}, contiguous: the busiest rank's forward takes at least 1.5× the least "
                "busy one's (less than the c× of its scores: every block also has costs that do not shrink with it)",
                time["contiguous"], at_least(1.5), kind="measured")
