@@ -217,6 +217,27 @@ PLANTED = [
 ]
 
 
+def test_a_committed_notebook_opens_clean(lab):
+    """Opened as committed (not a smoke copy), a notebook's tab shows no unsaved change: its metadata is what
+    JupyterLab writes for this kernel. JupyterLab rewrites language_info from the kernel, so the tab is clean on the
+    Python the notebooks record (tests/test_notebooks.py keeps every notebook's metadata the same) and dirty on any
+    other, which this test then expects, naming the versions."""
+    import platform
+    import shutil
+
+    server, page = lab
+    source = NOTEBOOKS[0]
+    shutil.copyfile(source, server.root / "as_committed.ipynb")
+    recorded = json.loads(source.read_text())["metadata"]["language_info"]["version"]
+    open_notebook(page, server, "as_committed.ipynb")
+    page.wait_for_timeout(2000)  # the kernel's info arrives after it is idle; JupyterLab applies it then
+    dirty = page.locator(".lm-TabBar-tab.jp-mod-current.jp-mod-dirty").count() > 0
+    close_notebook(page, server, "as_committed.ipynb", settle_s=1)
+    running = platform.python_version()
+    assert dirty == (running != recorded), (f"the notebooks record Python {recorded}, the kernel runs {running}: "
+                                            f"the tab was {'dirty' if dirty else 'clean'} on open")
+
+
 def test_the_harness_reports_a_failing_cell_and_a_failing_panel(lab):
     """The checks above can fail: Run All stops at a cell that raises (the cells after it left unrun) and the
     saved notebook names its error; a panel whose callback raises is named with its error, its figure unchanged."""

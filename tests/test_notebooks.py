@@ -7,6 +7,7 @@ from pathlib import Path
 import nbformat
 import papermill as pm
 import pytest
+from jupyter_browser import KERNELSPEC
 
 from labtools.claims import read_ledgers
 
@@ -23,6 +24,11 @@ def test_there_are_notebooks():
 def test_committed_notebook_is_clean(path):
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
+    # the metadata JupyterLab writes, the same in every notebook, so that a notebook opens without an unsaved change
+    # (tests/test_browser.py opens one as committed); language_info comes from the kernel of the Python recorded
+    first = json.loads(NOTEBOOKS[0].read_text())["metadata"]
+    assert nb.metadata["kernelspec"] == KERNELSPEC
+    assert nb.metadata == first and {"name", "version", "mimetype", "file_extension"} <= set(first["language_info"])
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(not c.outputs and c.execution_count is None for c in code), "committed notebook carries outputs"
     params = code[1]
