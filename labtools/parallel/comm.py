@@ -71,7 +71,8 @@ class DDPCommCounter:
 
 
 class CollectiveCounter:
-    """Count calls and bytes (of the input on this rank) of torch.distributed collectives inside `with`.
+    """Count calls and bytes (of the input on this rank) of torch.distributed collectives inside `with`, and keep
+    them in the order they were called (self.events: (name, bytes), with mark()'s labels in between).
 
     It wraps the functions in the torch.distributed module, so code that looks them up there at call
     time (DDP, FSDP) is counted; calls made from C++ directly are not.
@@ -84,7 +85,12 @@ class CollectiveCounter:
     def __init__(self):
         self.calls: dict[str, int] = {}
         self.bytes: dict[str, int] = {}
+        self.events: list[tuple[str, int]] = []
         self._saved = {}
+
+    def mark(self, label: str) -> None:
+        """A point in the sequence of events, e.g. "backward": the collectives after it were called after it."""
+        self.events.append((label, 0))
 
     def _wrap(self, name, fn):
         signature = inspect.signature(fn)
@@ -94,6 +100,7 @@ class CollectiveCounter:
             src = next(bound[k] for k in self.INPUTS if torch.is_tensor(bound.get(k)))
             self.calls[name] = self.calls.get(name, 0) + 1
             self.bytes[name] = self.bytes.get(name, 0) + src.numel() * src.element_size()
+            self.events.append((name, src.numel() * src.element_size()))
             return fn(*args, **kwargs)
         return counted
 

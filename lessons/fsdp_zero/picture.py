@@ -5,6 +5,7 @@ what labtools.budget predicts. Drawn from the run, so it cannot disagree with it
 import plotly.graph_objects as go
 
 from labtools import plots
+from labtools.claims import Findings, Ledger, approx, is_true
 from lessons.fsdp_zero import Strategy, predicted
 
 PARTS = (("params", "parameters"), ("grads", "gradients"), ("optimizer", "optimizer state"))
@@ -48,3 +49,74 @@ def figure(shard: dict[int, list[dict]]) -> go.Figure:
     fig.update_layout(title=f"Who holds what: each rank's share of the model's bytes, measured ({world} ranks; "
                             "ZeRO-2's parameters between forward and backward)")
     return fig
+
+
+KINDS = (("all_gather", "all-gather", 1), ("reduce_scatter", "reduce-scatter", 2), ("all_reduce", "all-reduce", 3),
+         ("broadcast", "broadcast", 4))
+ORDERED = (Strategy.ZERO2, Strategy.ZERO3)
+
+
+def kind(name: str) -> str | None:
+    return next((label for key, label, _ in KINDS if name.startswith(key)), None)
+
+
+def phases(events: list[tuple[str, int]]) -> dict[str, list[tuple[str, int]]]:
+    """Rank 0's collectives of one step in call order, grouped by the phase they were called in."""
+    out, phase = {}, None
+    for name, nbytes in events:
+        if kind(name) is None:  # a mark: the phase that starts here
+            phase = name
+            out[phase] = []
+        elif phase is not None:
+            out[phase].append((kind(name), nbytes))
+    return out
+
+
+def timeline_figure(shard: dict[int, list[dict]]) -> go.Figure:
+    """ZeRO-2 and ZeRO-3, one step on rank 0: each collective in the order it was called, its height the bytes this
+    rank handed it, the step's phases shaded: when parameters are gathered and gradients scattered."""
+    world = max(shard)
+    r0 = shard[world][0]
+    fig = plots.subplots(len(ORDERED), 1, [f"{s.short}: rank 0's collectives in call order" for s in ORDERED],
+                         height=440, legend="below", shared_xaxes=False, vertical_spacing=0.18)
+    shown = set()
+    for row, s in enumerate(ORDERED, 1):
+        i = 0
+        for j, (phase, calls) in enumerate(phases(r0[s]["events"]).items()):
+            if calls:
+                fig.add_vrect(x0=i - 0.5, x1=i + len(calls) - 0.5, fillcolor=["#dde8f7", "#f7e1e1", "#e1f2e1"][j % 3],
+                              line_width=0, layer="below", row=row, col=1, annotation_text=phase,
+                              annotation_position="top left")
+            for k, nbytes in calls:
+                color = plots.color(next(c for _, label, c in KINDS if label == k))
+                fig.add_trace(go.Bar(x=[i], y=[nbytes / 1e3], marker_color=color, name=k, legendgroup=k,
+                                     showlegend=k not in shown,
+                                     hovertemplate=f"{k}, {phase}: %{{y:.1f}} kB<extra></extra>"), row=row, col=1)
+                shown.add(k)
+                i += 1
+        fig.update_yaxes(title_text="kB handed over", row=row, col=1)
+    fig.update_xaxes(title_text="collective, in call order", row=len(ORDERED), col=1)
+    fig.update_layout(title=f"When sharding communicates ({world} ranks, one training step)", bargap=0.15)
+    return fig
+
+
+def timeline_findings(ledger: Ledger, shard: dict[int, list[dict]]) -> Findings:
+    world = max(shard)
+    r0 = shard[world][0]
+    count = {s: {phase: {label: sum(1 for k, _ in calls if k == label) for _, label, _ in KINDS}
+                 for phase, calls in phases(r0[s]["events"]).items()} for s in ORDERED}
+    z3, z2 = count[Strategy.ZERO3], count[Strategy.ZERO2]
+    ledger.add("z3_gathers_twice", "ZeRO-3 gathers every unit's parameters again in backward: as many all-gathers in "
+               "backward as in forward (rank 0's calls, in order)", z3["backward"]["all-gather"]
+               / max(z3["forward"]["all-gather"], 1), approx(1.0, abs=1e-9), kind="counted")
+    ledger.add("z2_keeps_them", "ZeRO-2 keeps them from forward to backward: no all-gather in backward",
+               z2["backward"]["all-gather"] == 0 and z2["forward"]["all-gather"] > 0, is_true(), kind="counted")
+    ledger.add("scatter_in_backward", "Both reduce-scatter every gradient during backward, none in forward",
+               all(c["forward"]["reduce-scatter"] == 0 and c["backward"]["reduce-scatter"] > 0 for c in count.values()),
+               is_true(), kind="counted")
+    return Findings([
+        f"ZeRO-3 all-gathered {z3['forward']['all-gather']} units in forward and **{z3['backward']['all-gather']} "
+        f"again in backward**; ZeRO-2 {z2['forward']['all-gather']} in forward and none after: it kept them.",
+        f"Both reduce-scattered {z3['backward']['reduce-scatter']} units' gradients during backward, each handing "
+        "over the unit's whole gradient and keeping a quarter: only the all-gathers carry shards.",
+    ])

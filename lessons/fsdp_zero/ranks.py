@@ -57,17 +57,20 @@ def sharding(job: Settings) -> dict:
         if isinstance(module, DDP):
             module.register_comm_hook(None, ddp_counter.hook)
         with WireBytes() as wire, CollectiveCounter() as counter:  # the wire: what gloo really sent, all ranks
+            counter.mark("forward")
             _, loss = module(X, Y)
             held = tensor_bytes(owner.parameters())  # between forward and backward
+            counter.mark("backward")
             loss.backward()
             grads = tensor_bytes(p.grad for p in owner.parameters())
+            counter.mark("optimizer step")
             opt.step()  # ZeRO-1 broadcasts each updated partition from its owner here
         calls, sent = dict(counter.calls), dict(counter.bytes)
         if ddp_counter.calls:  # DDP's all-reduces run from C++: counted by its hook instead
             calls["all_reduce"], sent["all_reduce"] = ddp_counter.calls, ddp_counter.bytes
         out[strategy] = {"params": tensor_bytes(owner.parameters()), "held_after_forward": held, "grads": grads,
                          "optimizer": _optimizer_bytes(opt), "calls": calls, "input_bytes": sent,
-                         "n_params": n_params, "largest_param": largest,
+                         "n_params": n_params, "largest_param": largest, "events": counter.events,
                          "wire_bytes": wire.bytes}
         if isinstance(opt, ZeroRedundancyOptimizer):  # which parameters this rank's partition holds (by index)
             index = {id(p): i for i, p in enumerate(owner.parameters())}
