@@ -90,10 +90,7 @@ def test_a_whole_run_is_steps_times_step_stretched_by_failures():
 
 def test_llama3_calibrated_on_one_layout_predicts_the_next_only_with_an_interleaved_schedule():
     from lessons.plan_a_run import published
-    c = published.llama3()
-    c["megatron"] = published.megatron()
-    c["deepseek"] = published.deepseek()
-    c["long"] = published.long_context()
+    c = published.run()
     ledger = Ledger("t")
     published.findings(ledger, c)
     assert ledger.all_passed, ledger.to_text()
@@ -134,7 +131,7 @@ def test_the_panel_names_a_layout_the_gpus_cannot_hold_and_marks_a_good_one():
     assert panel.controls["model"].value == "70B" and panel.controls["gpus"].value == 2048
 
 
-def test_lesson_15_memory_solution_passes_and_forgetting_cp_in_the_sharding_fails_with_the_hint():
+def test_lesson_16_memory_solution_passes_and_forgetting_cp_in_the_sharding_fails_with_the_hint():
     from lessons.plan_a_run import memory_exercise as m
     assert m.check_model_states(m.reference).passed
 
@@ -142,7 +139,7 @@ def test_lesson_15_memory_solution_passes_and_forgetting_cp_in_the_sharding_fail
         return m.reference(n_params, Layout(layout.dp, layout.tp, layout.pp), zero_stage)
 
     out = m.check_model_states(zero_over_dp_only)
-    assert out.status == "fail" and "cp = 128 ranks" in out.message and "you said" in out.message
+    assert out.status == "fail" and "cp = 128 ranks" in out.message and "405B" in out.message
 
     def eighteen_bytes(n_params, layout, zero_stage):
         return m.reference(n_params, layout, zero_stage) * 18 / 16

@@ -16,6 +16,7 @@ rank processes must not pay for plotly or ipywidgets.
 
 import json
 import os
+import time
 from collections.abc import Sequence
 from contextlib import nullcontext
 from pathlib import Path
@@ -148,6 +149,26 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return mean_over_ranks(loss)
+
+
+def timed_steps(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                batches: Sequence[tuple[torch.Tensor, torch.Tensor]], *, wait: bool = False) -> float:
+    """Seconds per step of forward, backward and the optimizer over batches already drawn (no loss averaged over
+    ranks: nothing but the step is timed). wait=True ends every step at a barrier, as a synchronous step ends: each
+    step then takes the slowest rank's time."""
+    sync = torch.cuda.synchronize if batches[0][0].is_cuda else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    for X, Y in batches:
+        _, loss = model(X, Y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if wait:
+            sync()
+            dist.barrier()
+    sync()
+    return (time.perf_counter() - t0) / len(batches)
 
 
 def shard_gpt(model: GPT, mesh, reshard: bool, mp: bool) -> GPT:

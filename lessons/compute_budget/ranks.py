@@ -6,7 +6,6 @@ Launched from notebooks/12_compute_budget.ipynb through lessons/compute_budget/,
     $ torchrun --standalone --nproc-per-node 2 -m labtools.parallel.worker RUN/job.json
 """
 
-import time
 from dataclasses import dataclass
 
 import torch
@@ -15,23 +14,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from labtools.config import LabConfig
 from labtools.optim import param_groups
-from labtools.parallel.toolkit import build_gpt, global_batch, rank, rank_rows, report_progress, world_size
+from labtools.parallel.toolkit import (build_gpt, global_batch, rank, rank_rows, report_progress, timed_steps,
+                                       world_size)
 
 
 @dataclass(frozen=True, kw_only=True)
 class ScalingJob(LabConfig):
     rounds: int = 3        # alternating rounds of (rank 0 alone, every rank with DDP)
-
-
-def _steps(model, opt, batches) -> float:
-    """Seconds for forward, backward and AdamW over the given batches (after they are drawn)."""
-    t0 = time.perf_counter()
-    for X, Y in batches:
-        _, loss = model(X, Y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return time.perf_counter() - t0
 
 
 def weak_scaling(job: ScalingJob) -> dict:
@@ -46,17 +35,16 @@ def weak_scaling(job: ScalingJob) -> dict:
     N, tokens = world_size(), job.batch_size * job.block_size
     rows = [global_batch(job, g, N * job.batch_size) for _ in range(job.steps + 1)]
     mine = [(rank_rows(X), rank_rows(Y)) for X, Y in rows]
-    _steps(ddp, ddp_opt, mine[:1])  # warm-up: DDP's first step builds its buckets
+    timed_steps(ddp, ddp_opt, mine[:1])  # warm-up: DDP's first step builds its buckets
     if rank() == 0:
-        _steps(solo, solo_opt, mine[:1])
+        timed_steps(solo, solo_opt, mine[:1])
     out = {"solo_tokens_per_s": [], "ddp_tokens_per_s": []}
     for r in range(job.rounds):
         dist.barrier()
         if rank() == 0:
-            out["solo_tokens_per_s"].append(job.steps * tokens / _steps(solo, solo_opt, mine[1:]))
+            out["solo_tokens_per_s"].append(tokens / timed_steps(solo, solo_opt, mine[1:]))
         dist.barrier()
-        seconds = _steps(ddp, ddp_opt, mine[1:])
-        out["ddp_tokens_per_s"].append(N * job.steps * tokens / seconds)  # the whole group's tokens
+        out["ddp_tokens_per_s"].append(N * tokens / timed_steps(ddp, ddp_opt, mine[1:]))  # the group's tokens
         report_progress(r + 1, job.rounds, "weak scaling")
     del ddp, ddp_opt
     return out

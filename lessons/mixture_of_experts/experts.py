@@ -29,17 +29,21 @@ def predicted_bytes(tokens: int, k: int, n_embd: int, ranks_: int, bytes_per_ele
     return 4 * k * tokens * (ranks_ - 1) / ranks_ * n_embd * bytes_per_element
 
 
-def figure(res: list[dict]) -> go.Figure:
+def predicted(res: list[dict], S: Settings) -> float:
+    """predicted_bytes for this launch's expert-parallel group size."""
+    return predicted_bytes(S.ep_tokens, S.top_k, S.n_embd, res[0]["ep"])
+
+
+def figure(res: list[dict], S: Settings) -> go.Figure:
     """Bytes each rank sent: predicted for an even router, counted from the actual routing, read off the wire."""
     N, ep = len(res), res[0]["ep"]
-    j = res[0]
     fig = go.Figure()
     fig.add_trace(go.Bar(x=[f"rank {x['rank']}" for x in res], y=[x["bytes"] / 1e3 for x in res],
                          name="counted (this routing)", marker_color=plots.color(0)))
     if all(x["wire"] is not None for x in res):
         fig.add_trace(go.Bar(x=[f"rank {x['rank']}" for x in res], y=[res[0]["wire"] / N / 1e3] * N,
                              name="on the wire ÷ ranks (loopback)", marker_color=plots.color(1)))
-    plots.marked_line(fig, y=j["predicted"] / 1e3, text="predicted, even router")
+    plots.marked_line(fig, y=predicted(res, S) / 1e3, text="predicted, even router")
     plots.style(fig, f"Expert parallelism, {N // ep} groups of {ep} ranks: bytes per forward and backward", None,
                 "kB")
     fig.update_layout(barmode="group")
@@ -48,8 +52,7 @@ def figure(res: list[dict]) -> go.Figure:
 
 def findings(ledger: Ledger, res: list[dict], S: Settings) -> Findings:
     N, ep, dp = len(res), res[0]["ep"], res[0]["dp"]
-    for x in res:
-        x["predicted"] = predicted_bytes(S.ep_tokens, S.top_k, S.n_embd, ep)
+    even = predicted(res, S)
     worst = {k: max(x["max_diff"][k] for x in res) for k in res[0]["max_diff"]}
     ledger.add("ep_parity", f"Experts spread over groups of {ep} ranks, tokens sent by all-to-all, {dp} groups "
                "data-parallel: output and the gradients of the tokens, the router and every expert equal one "
@@ -60,7 +63,7 @@ def findings(ledger: Ledger, res: list[dict], S: Settings) -> Findings:
     out = [f"On {N} ranks ({res[0]['backend']}), {dp} data-parallel groups of {ep} expert-parallel ranks, output and "
            f"gradients match one process to **{max(worst.values()):.1e}**; each rank's backward touched only its own "
            "experts."]
-    mean = counted / N / res[0]["predicted"]
+    mean = counted / N / even
     ledger.add("ep_predicted", "A rank sends about what an even router predicts, 4·k·tokens·(ep−1)/ep rows of h "
                "numbers (counted ÷ predicted, mean over ranks; a fresh router is nearly even)", mean,
                approx(1.0, rel=0.25), kind="counted")
@@ -70,10 +73,10 @@ def findings(ledger: Ledger, res: list[dict], S: Settings) -> Findings:
                    kind="measured")
         out.append(f"The ranks handed all-to-all **{counted / 1e3:,.0f} kB**; **{res[0]['wire'] / 1e3:,.0f} kB** "
                    "crossed the loopback interface.")
-    ledger.note("ep_bytes", {"counted": [x["bytes"] for x in res], "predicted": res[0]["predicted"],
+    ledger.note("ep_bytes", {"counted": [x["bytes"] for x in res], "predicted": even,
                              "wire": res[0]["wire"], "load": [x["load"] for x in res]})
     spread = max(x["bytes"] for x in res) / min(x["bytes"] for x in res)
-    out.append(f"An even router predicts {res[0]['predicted'] / 1e3:,.0f} kB per rank; the real routing sent "
+    out.append(f"An even router predicts {even / 1e3:,.0f} kB per rank; the real routing sent "
                f"{min(x['bytes'] for x in res) / 1e3:,.0f}–{max(x['bytes'] for x in res) / 1e3:,.0f} kB "
                f"({spread:.2f}× apart): the traffic follows the routing.")
     return Findings(out)

@@ -6,12 +6,8 @@ import inspect
 
 from IPython.display import HTML, display
 
-from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, where_it_failed
+from labtools.exercises import Case, Outcome, check
 from labtools.plan import MODELS, Layout, memory_per_gpu
-
-HINT = ("16 bytes per parameter in bf16 mixed precision: weights 2 and gradients 2 (bf16), master weights 4 and "
-        "Adam's two moments 8 (fp32); tensor and pipeline parallelism split them all (÷ tp·pp); ZeRO then shards "
-        "over the ranks that hold the same weights")
 
 
 def reference(n_params, layout, zero_stage):
@@ -23,6 +19,13 @@ def reference(n_params, layout, zero_stage):
     grads /= replicas if zero_stage >= 2 else 1
     weights /= replicas if zero_stage >= 3 else 1
     return weights + grads + master_and_adam
+
+
+def planner_states(n_params, layout, zero_stage):
+    """What the check compares with: labtools.plan.memory_per_gpu's model states for the published model of that
+    size (its activations left aside)."""
+    model = next(m for m in MODELS.values() if m.n_params == n_params)
+    return memory_per_gpu(model, layout, zero_stage=zero_stage).model_states
 
 
 CASES = (  # (name, model, layout, ZeRO stage, hint)
@@ -39,32 +42,11 @@ CASES = (  # (name, model, layout, ZeRO stage, hint)
 )
 
 
-def expected(model: str, layout: Layout, zero: int) -> float:
-    return memory_per_gpu(MODELS[model], layout, zero_stage=zero).model_states
-
-
 def check_model_states(fn) -> Outcome:
-    """Your function against labtools.plan.memory_per_gpu(...).model_states on five layouts."""
-    if is_stub(fn):
-        return Outcome("not written", NOT_WRITTEN)
-    results = []
-    for name, model, layout, zero, hint in CASES:
-        want = expected(model, layout, zero)
-        try:
-            got = fn(MODELS[model].n_params, layout, zero)
-        except NotImplementedError:
-            return Outcome("not written", NOT_WRITTEN)
-        except Exception as e:  # noqa: BLE001 - the learner's error becomes a message, not a traceback
-            return outcome([{"case": name, "error": where_it_failed(e, fn.__code__.co_filename), "hint": HINT}],
-                           tol=0.0, what="", reference="")
-        if isinstance(got, bool) or not isinstance(got, (int, float)):
-            return outcome([{"case": name, "error": f"return a number of bytes, got {type(got).__name__}"}], tol=0.0,
-                           what="", reference="")
-        off = abs(got / want - 1)
-        results.append({"case": name, "difference": off,
-                        "hint": f"{hint} (you said {got / 1e9:,.2f} GB, the planner {want / 1e9:,.2f} GB)"})
-    return outcome(results, tol=1e-9, what="your model states per GPU", reference="the planner's memory_per_gpu",
-                   relative=True)
+    """Your function against labtools.plan.memory_per_gpu(...).model_states on five layouts (bytes, relative)."""
+    cases = [Case(name, (MODELS[model].n_params, layout, zero), hint) for name, model, layout, zero, hint in CASES]
+    return check(fn, planner_states, cases, tol=1e-9, relative=True, what="your model states per GPU",
+                 against="the planner's memory_per_gpu")
 
 
 def solution_source() -> str:

@@ -17,7 +17,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from labtools import profiling
 from labtools.config import LabConfig
 from labtools.optim import param_groups
-from labtools.parallel.toolkit import build_gpt, device, global_batch, rank, rank_rows, report_progress, world_size
+from labtools.parallel.toolkit import (build_gpt, device, global_batch, rank, rank_rows, report_progress, timed_steps,
+                                       world_size)
 
 
 # One bucket for all the gradients: DDP all-reduces them once backward is done, so the all-reduce cannot hide
@@ -32,24 +33,6 @@ class CalibrationJob(LabConfig):
     rounds: int = 5
     matmul_sizes: tuple = (128, 256)
     repeats: int = 10      # all-reduces timed per round
-
-
-def _steps(model, opt, batches, wait: bool = False) -> float:
-    """Seconds per step of forward, backward and AdamW over the given batches; wait=True ends every step at a
-    barrier, as a synchronous step ends: each step then takes the slowest rank's time."""
-    sync = torch.cuda.synchronize if batches[0][0].is_cuda else (lambda: None)
-    sync()
-    t0 = time.perf_counter()
-    for X, Y in batches:
-        _, loss = model(X, Y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if wait:
-            sync()
-            dist.barrier()
-    sync()
-    return (time.perf_counter() - t0) / len(batches)
 
 
 def _all_reduce_s(t: torch.Tensor, repeats: int) -> float:
@@ -85,20 +68,20 @@ def calibrate(job: CalibrationJob) -> dict:
     mine = [(rank_rows(X), rank_rows(Y)) for X, Y in rows]
     n_params = sum(p.numel() for p in ddp.module.parameters())
     grads, one = torch.zeros(n_params, device=dev), torch.zeros(1, device=dev)
-    _steps(ddp, ddp_opt, mine[:1])  # warm-up: DDP's first step builds its buckets
+    timed_steps(ddp, ddp_opt, mine[:1])  # warm-up: DDP's first step builds its buckets
     if rank() == 0:
-        _steps(solo, solo_opt, mine[:1])
+        timed_steps(solo, solo_opt, mine[:1])
     _all_reduce_s(grads, 1)
     out = {"solo_s": [], "together_s": [], "ddp_s": [], "all_reduce_s": [], "latency_s": []}
     for r in range(job.rounds):
         dist.barrier()
         if rank() == 0:
-            out["solo_s"].append(_steps(solo, solo_opt, mine[1:]))
+            out["solo_s"].append(timed_steps(solo, solo_opt, mine[1:]))
         dist.barrier()
         with ddp.no_sync():  # every rank computes at once, each step waits for the slowest, no gradients sent
-            out["together_s"].append(_steps(ddp, ddp_opt, mine[1:], wait=True))
+            out["together_s"].append(timed_steps(ddp, ddp_opt, mine[1:], wait=True))
         dist.barrier()
-        out["ddp_s"].append(_steps(ddp, ddp_opt, mine[1:]))
+        out["ddp_s"].append(timed_steps(ddp, ddp_opt, mine[1:]))
         out["all_reduce_s"].append(_all_reduce_s(grads, job.repeats))
         out["latency_s"].append(_all_reduce_s(one, job.repeats))
         report_progress(r + 1, job.rounds, "calibration rounds")
