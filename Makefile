@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv lab test smoke browser book bench screenshot clean
+.PHONY: venv lab test smoke browser book bench gpu-results screenshot clean
 
 # (Re)install whenever the pinned requirements or the package metadata change.
 $(STAMP): requirements.txt pyproject.toml
@@ -51,6 +51,11 @@ screenshot: $(STAMP) browser
 # Training throughput of our GPT vs a reference implementation on this machine.
 bench: $(STAMP)
 	$(PY) bench/train_throughput.py
+
+# Every lesson at the gpu profile as plain Python (no Jupyter needed): ledgers as JSON in results/<device>/.
+# labtools/headless.py; results/README.md says what has been run where.
+gpu-results:
+	$(PYTHON) -m labtools.headless all --profile gpu --timeout 1800
 
 clean:
 	rm -rf build .pytest_cache

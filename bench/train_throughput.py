@@ -11,8 +11,10 @@ Prints tokens/s for each (median over rounds) and the ratio ours / reference.
 """
 
 import argparse
+import datetime
 import json
 import math
+import platform
 import statistics
 import sys
 import time
@@ -133,7 +135,9 @@ def main() -> dict:
             rates[name].append(tokens / time_steps(models[name], optimizers[name], batches, dtype, device))
 
     result = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": str(device), "device_name": device_name(device), "torch": torch.__version__,
+        "python": platform.python_version(),
         "threads": torch.get_num_threads(), "preset": args.preset, "params": n_params["labtools GPT"],
         "batch_size": args.batch_size, "block_size": cfg.block_size, "dtype": args.dtype, "compile": args.compile,
         "steps_per_round": args.steps, "rounds": args.rounds,

@@ -49,7 +49,10 @@ def saved_activations(fn: Callable[[], object], exclude: list[torch.Tensor] = ()
         key = storage.data_ptr()
         if key not in skip and key not in seen:
             seen[key] = SavedTensor(tuple(t.shape), t.dtype, storage.nbytes())
-        return t
+        # detached: a saved output kept as itself would point back at its own grad_fn, a cycle through C++ that
+        # Python's gc cannot see, so a graph that is never backwarded (fn's only use here) would never be freed.
+        # Seen on an H100: lesson 05's sweeps ran out of 80 GB one model at a time.
+        return t.detach()
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = fn()
@@ -90,7 +93,7 @@ class SavedTensorTracker:
             self.current += entry[1]
             self.peak = max(self.peak, self.current)
         entry[0] += 1
-        held = _Held(t)
+        held = _Held(t.detach())  # detached, as in saved_activations: no cycle back to the graph
         weakref.finalize(held, self._release, key)
         return held
 

@@ -43,6 +43,28 @@ def test_block_checkpointing_keeps_only_block_inputs():
     assert none / sum(s.nbytes for s in saved) > 5
 
 
+def test_measuring_a_forward_leaves_nothing_behind():
+    """Measuring saved bytes runs a forward that is never backwarded: its graph, the model and the activations must
+    be freed as soon as the caller drops them, without a gc pass (a sweep of models otherwise grows to the device's
+    memory: lesson 05 ran out of 80 GB this way on an H100)."""
+    import gc
+    import weakref
+    cfg = GPTConfig(vocab_size=32, block_size=16, n_layer=2, n_head=2, n_embd=32)
+    for policy in ("none", "block"):
+        torch.manual_seed(0)
+        model = GPT(cfg.__class__(**{**cfg.__dict__, "checkpoint": policy}))
+        X = torch.randint(32, (2, 16))
+        assert saved_activation_bytes(model, X, X) > 0
+        params = [weakref.ref(p) for p in model.parameters()]
+        gc.disable()
+        try:
+            del model
+            alive = sum(r() is not None for r in params)
+        finally:
+            gc.enable()
+        assert alive == 0, f"{policy}: {alive} parameters still held after the model was dropped"
+
+
 def test_saved_bytes_agree_with_torch_mem_tracker():
     L, C, H, V, T, B = CONFIGS[0]
     model, X, Y = model_and_batch(*CONFIGS[0])

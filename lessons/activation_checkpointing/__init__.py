@@ -58,7 +58,7 @@ PROFILES = {
                     seq_lens=(32, 64, 128, 256), batch_sizes=(2, 4, 8, 16), time_layers=8, time_embd=128, time_seq=128,
                     time_batch=8, time_rounds=7),
     "gpu": Settings(profile="gpu", n_embd=768, n_head=12, seq_len=1024, batch_size=8, layers=(1, 2, 4, 8, 12, 16, 24),
-                    seq_lens=(256, 512, 1024, 2048), batch_sizes=(2, 4, 8, 16), time_layers=12, time_embd=768,
+                    seq_lens=(128, 256, 512, 1024), batch_sizes=(2, 4, 8, 16), time_layers=12, time_embd=768,
                     time_seq=1024, time_batch=8, time_rounds=10),
 }
 
