@@ -14,10 +14,16 @@ Schedules (written from the papers, for learning; torch.distributed.pipelining r
   go chunk by chunk over groups of p micro-batches, so the fill takes 1/v as long: bubble (p−1)/(v·m + p−1).
   Needs m to be a multiple of p.
 
+Zero-bubble schedules (Qi et al. 2024) split a backward B in two: I, the gradient of the stage's input (what the
+stage before waits for), and W, the gradient of its weights (which nobody waits for, so it can fill a gap). The lab
+does not write them out: `from_torch` reads the action list torch's ScheduleZBVZeroBubble runs, and `simulate`
+plays it like any other order.
+
 Pure Python, no torch.distributed: a widget can redraw a schedule in a millisecond. Stage s of p·v lives on
 rank s mod p. Introduced in notebooks/09_pipeline_parallel.ipynb.
 """
 
+import re
 from dataclasses import dataclass
 
 from labtools.keys import Key
@@ -54,7 +60,7 @@ SCHEDULES = (Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)  # what
 
 @dataclass(frozen=True)
 class Action:
-    kind: str   # "F" forward or "B" backward (input and weight gradients together)
+    kind: str   # "F" forward, "B" backward (input and weight gradients together), or its halves "I" and "W"
     mb: int     # micro-batch
     stage: int  # pipeline stage (0 … p·v − 1)
 
@@ -106,15 +112,39 @@ def _interleaved(r: int, p: int, m: int, v: int) -> list[Action]:
     return order + backwards[total - warmup:]
 
 
+KINDS = {"F": "forward", "B": "backward", "I": "backward_input", "W": "backward_weight"}  # letter: timeline kind
+LETTERS = {kind: letter for letter, kind in KINDS.items()}
+
+
+def from_torch(actions: list) -> list[Action]:
+    """One rank's compute actions from torch's pipeline_order (its _Action, or their strings "3F0": stage, kind,
+    micro-batch); the empty slots (None) and anything but F, B, I and W are left out."""
+    out = []
+    for a in actions:
+        hit = re.fullmatch(r"(\d+)([FBIW])(\d+)", str(a)) if a is not None else None
+        if hit:
+            out.append(Action(hit[2], int(hit[3]), int(hit[1])))
+    return out
+
+
+def split_backward(order: list[list[Action]]) -> list[list[Action]]:
+    """The same order with each B split into I then W: the input's gradient goes to the stage before as soon as I
+    ends, before this stage computes its weights' gradient."""
+    return [[b for a in actions for b in ((Action("I", a.mb, a.stage), Action("W", a.mb, a.stage)) if a.kind == "B"
+                                          else (a,))] for actions in order]
+
+
 def simulate(order: list[list[Action]], t_f: float = 1.0, t_b: float = 2.0, v: int = 1,
-             t_comm: float = 0.0) -> list[dict]:
+             t_comm: float = 0.0, w_share: float = 0.5) -> list[dict]:
     """Run the schedule on an idealised machine: each rank executes its actions in order, an action starts when
-    its rank is free and its input is ready (the forward of the stage before, or the backward of the stage
-    after, plus t_comm), a chunk's forward takes t_f / v and its backward t_b / v. Returns intervals
-    {row (rank), kind, mb, stage, start, end, label}. Raises ValueError if the orders deadlock."""
+    its rank is free and its input is ready (the forward of the stage before, or the input gradient of the stage
+    after, plus t_comm), a chunk's forward takes t_f / v and its backward t_b / v — of which W, where the backward
+    is split, takes the share w_share and I the rest. A W waits for its own I. Returns intervals {row (rank), kind,
+    mb, stage, start, end, label}. Raises ValueError if the orders deadlock."""
     p = len(order)
     n_stages = p * v
-    done: dict[tuple, float] = {}
+    t = {"F": t_f / v, "B": t_b / v, "I": t_b * (1 - w_share) / v, "W": t_b * w_share / v}
+    done: dict[tuple, float] = {}  # ("F" | "G" (the input's gradient, from B or I) | "W", mb, stage): end
     free = [0.0] * p
     nxt = [0] * p
     out = []
@@ -126,16 +156,18 @@ def simulate(order: list[list[Action]], t_f: float = 1.0, t_b: float = 2.0, v: i
                 a = order[r][nxt[r]]
                 if a.kind == "F":
                     dep = ("F", a.mb, a.stage - 1) if a.stage > 0 else None
+                elif a.kind == "W":
+                    dep = ("G", a.mb, a.stage)
                 else:
-                    dep = ("B", a.mb, a.stage + 1) if a.stage < n_stages - 1 else ("F", a.mb, a.stage)
+                    dep = ("G", a.mb, a.stage + 1) if a.stage < n_stages - 1 else ("F", a.mb, a.stage)
                 if dep is not None and dep not in done:
                     break
                 ready = 0.0 if dep is None else done[dep] + (t_comm if dep[2] != a.stage else 0.0)
                 start = max(free[r], ready)
-                end = start + (t_f if a.kind == "F" else t_b) / v
-                done[(a.kind, a.mb, a.stage)] = free[r] = end
-                out.append({"row": r, "kind": "forward" if a.kind == "F" else "backward", "mb": a.mb,
-                            "stage": a.stage, "start": start, "end": end, "label": f"{a.kind}{a.mb}"})
+                end = free[r] = start + t[a.kind]
+                done[("G" if a.kind in "BI" else a.kind, a.mb, a.stage)] = end
+                out.append({"row": r, "kind": KINDS[a.kind], "mb": a.mb, "stage": a.stage, "start": start,
+                            "end": end, "label": f"{a.kind}{a.mb}"})
                 nxt[r] += 1
                 remaining -= 1
                 progressed = True
@@ -163,23 +195,26 @@ def decompose(intervals: list[dict]) -> dict[str, float]:
     """Split a measured timeline's time (all ranks × the step's span) into busy, bubble and latency.
 
     For each action, the gap since the rank's previous action (or since the step began) is bubble as long as
-    the action's input was still being computed elsewhere — the forward of the stage before, the backward of
-    the stage after — and latency after that: the input existed but had not arrived (messages, the schedule's
-    own work, a core shared with other ranks). Time after a rank's last action is bubble (the drain). Needs one
-    clock for all ranks. Returns fractions of ranks × span: busy, bubble, latency (they add up to 1).
+    the action's input was still being computed elsewhere — the forward of the stage before, the input gradient
+    (B or I) of the stage after — and latency after that: the input existed but had not arrived (messages, the
+    schedule's own work, a core shared with other ranks). Time after a rank's last action is bubble (the drain).
+    Needs one clock for all ranks. Returns fractions of ranks × span: busy, bubble, latency (they add up to 1).
     """
     rows = sorted({iv["row"] for iv in intervals})
     n_stages = max(iv["stage"] for iv in intervals) + 1
     t0, t1 = min(iv["start"] for iv in intervals), max(iv["end"] for iv in intervals)
-    end = {(iv["kind"][0], iv["mb"], iv["stage"]): iv["end"] for iv in intervals}
+    end = {("F" if iv["kind"] == "forward" else "G", iv["mb"], iv["stage"]): iv["end"] for iv in intervals
+           if iv["kind"] != "backward_weight"}
     busy = bubble = latency = 0.0
     for r in rows:
         prev = t0
         for iv in sorted((iv for iv in intervals if iv["row"] == r), key=lambda iv: iv["start"]):
             if iv["kind"] == "forward":
-                dep = end.get(("f", iv["mb"], iv["stage"] - 1), t0) if iv["stage"] > 0 else t0
+                dep = end.get(("F", iv["mb"], iv["stage"] - 1), t0) if iv["stage"] > 0 else t0
+            elif iv["kind"] == "backward_weight":
+                dep = t0  # its own I, on this rank: never a bubble
             else:
-                dep = end.get(("b", iv["mb"], iv["stage"] + 1), t0) if iv["stage"] < n_stages - 1 else t0
+                dep = end.get(("G", iv["mb"], iv["stage"] + 1), t0) if iv["stage"] < n_stages - 1 else t0
             gap = max(0.0, iv["start"] - prev)
             waiting = min(gap, max(0.0, dep - prev))
             bubble += waiting
@@ -192,12 +227,13 @@ def decompose(intervals: list[dict]) -> dict[str, float]:
 
 
 def in_flight(order: list[list[Action]]) -> list[int]:
-    """Per rank, the most micro-batch chunks forwarded but not yet backwarded at once (activations held)."""
+    """Per rank, the most micro-batch chunks forwarded but not yet backwarded at once (activations held; a split
+    backward frees them at its W)."""
     peaks = []
     for actions in order:
         live = peak = 0
         for a in actions:
-            live += 1 if a.kind == "F" else -1
+            live += {"F": 1, "I": 0}.get(a.kind, -1)
             peak = max(peak, live)
         peaks.append(peak)
     return peaks

@@ -150,28 +150,34 @@ def table(header: Sequence[str], rows: Sequence[Sequence], *, title: str = "", r
 
 
 # Colors of a timeline's kinds of work: forward blue, backward orange-red; others cycle the palette.
-TIMELINE_COLORS = {"forward": "#1f77b4", "backward": "#ff7f0e", "backward_input": "#ff7f0e",
+TIMELINE_COLORS = {"forward": "#1f77b4", "backward": "#ff7f0e", "backward_input": "#ffbb78",
                    "backward_weight": "#d62728", "send": "#9467bd", "recv": "#8c564b", "idle": "#e5e5e5"}
+TIMELINE_NAMES = {"forward": "forward (F)", "backward": "backward (B)", "backward_input": "input gradient (I)",
+                  "backward_weight": "weight gradient (W)"}  # a kind's name in the legend
 
 
 def timeline(intervals: Sequence[Mapping], *, title: str = "", unit: str = "ms", row_label: str = "rank",
              height: int | None = None) -> go.Figure:
-    """A Gantt chart: one row per `row`, one bar per interval {row, kind, start, end, label?}, colored by kind.
+    """A Gantt chart: one row per `row`, one bar per interval {row, kind, start, end, label?, stage?}, colored by kind.
 
     start/end are in `unit` from a common origin. Rows read top to bottom (rank 0 on top); each kind is one
-    legend entry; hovering a bar shows its label and duration.
+    legend entry; hovering a bar shows its label (and stage), start and end; a label too wide for its bar is hidden.
     """
     rows = sorted({iv["row"] for iv in intervals})
     kinds = list(dict.fromkeys(iv["kind"] for iv in intervals))
     fig = go.Figure()
+    staged = all("stage" in iv for iv in intervals)  # pipeline actions: the hover names the stage too
     for i, kind in enumerate(kinds):
         ivs = [iv for iv in intervals if iv["kind"] == kind]
         fig.add_trace(go.Bar(
             y=[f"{row_label} {iv['row']}" for iv in ivs], x=[iv["end"] - iv["start"] for iv in ivs],
-            base=[iv["start"] for iv in ivs], orientation="h", name=kind,
+            base=[iv["start"] for iv in ivs], orientation="h", name=TIMELINE_NAMES.get(kind, kind),
             marker=dict(color=TIMELINE_COLORS.get(kind, color(i + 2)), line=dict(color="white", width=0.5)),
             text=[str(iv.get("label", "")) for iv in ivs], textposition="inside", insidetextanchor="middle",
-            hovertemplate="%{text}: %{base:.2f} → %{x:.2f} " + unit + "<extra>" + kind + "</extra>"))
-    style(fig, title, unit, None, height=height or 120 + 45 * len(rows), barmode="overlay")
+            textangle=0, customdata=[iv.get("stage") for iv in ivs],
+            hovertemplate="%{text}" + (", stage %{customdata}" if staged else "") + ": %{base:.2f} → %{x:.2f} "
+            + unit + "<extra>" + kind + "</extra>"))
+    style(fig, title, unit, None, height=height or 120 + 45 * len(rows), barmode="overlay",
+          uniformtext=dict(minsize=8, mode="hide"))  # a label too wide for its bar is left to the hover text
     fig.update_yaxes(categoryorder="array", categoryarray=[f"{row_label} {r}" for r in reversed(rows)])
     return fig

@@ -7,7 +7,8 @@ import torch
 from labtools.model import GPT, GPTConfig
 from labtools.parallel import launch
 from labtools.parallel.pipeline import check_pipeline, gpt_stages
-from labtools.pipeline import decompose, idle_fraction, idle_per_row, in_flight, schedule_order, simulate
+from labtools.pipeline import (Action, decompose, from_torch, idle_fraction, idle_per_row, in_flight, schedule_order,
+                               simulate, split_backward)
 from labtools.plan import bubble_fraction
 from lessons.pipeline_parallel import Settings
 from lessons.pipeline_parallel.ranks import parity, timelines
@@ -49,6 +50,28 @@ def test_decompose_splits_idle_into_bubble_and_latency():
     d = decompose(slow)
     assert d["latency"] > 0.02 and sum(d.values()) == pytest.approx(1.0)
     assert d["bubble"] + d["latency"] == pytest.approx(idle_fraction(slow))
+
+
+def test_a_split_backward_sends_the_input_gradient_sooner():
+    p, m = 4, 8
+    order = schedule_order("1f1b", p, m)
+    whole, split = simulate(order), simulate(split_backward(order))
+    # fill and drain cost (p − 1)(t_f + t_i) instead of (p − 1)(t_f + t_b): the stage before waits only for I
+    assert idle_fraction(whole) == pytest.approx(bubble_fraction(p, m), abs=1e-12)
+    assert idle_fraction(split) == pytest.approx((p - 1) * 2 / (m * 3 + (p - 1) * 2), abs=1e-12)
+    assert decompose(split) == pytest.approx({"busy": 1 - idle_fraction(split), "bubble": idle_fraction(split),
+                                              "latency": 0.0}, abs=1e-12)
+    assert {iv["kind"] for iv in split} == {"forward", "backward_input", "backward_weight"}
+    assert in_flight(split_backward(order)) == in_flight(order)  # a W frees what its B would have freed
+    w_first = [[b for a in actions for b in ((Action("W", a.mb, a.stage), Action("I", a.mb, a.stage))
+                                             if a.kind == "B" else (a,))] for actions in order]
+    with pytest.raises(ValueError, match="deadlock"):  # a W before its own I waits forever
+        simulate(w_first)
+
+
+def test_torchs_action_strings_are_read_and_its_empty_slots_dropped():
+    assert from_torch(["0F0", None, "3I1", "3W1", "2B0", "1UNSHARD", "(0F1;1B0)OVERLAP_F_B"]) == [
+        Action("F", 0, 0), Action("I", 1, 3), Action("W", 1, 3), Action("B", 0, 2)]
 
 
 def test_a_deadlocking_order_is_detected():
@@ -101,7 +124,7 @@ def test_two_ranks_every_schedule_equals_one_process():
 
 def test_real_compute_timelines_are_gathered_to_rank_0():
     job = Settings(n_layer=4, n_embd=32, block_size=16, batch_size=8, m=2, micro_batches=(2,), worlds=(2,),
-                  schedules=("written-out 1f1b",), simulate=False)
+                  schedules=("written-out 1f1b",), simulate=False, zero_bubble=False)
     res = launch(timelines, 2, job, show_progress=False)
     assert [(run["schedule"], run["m"]) for run in res[0]["timelines"]] == [("written-out 1f1b", 2)]
     intervals = res[0]["timelines"][0]["intervals"]
@@ -119,3 +142,38 @@ def test_the_lesson_rejects_bad_pipelines_in_its_settings(overrides, match):
     from lessons import pipeline_parallel as lesson
     with pytest.raises(ValueError, match=match):
         lesson.settings("smoke", **overrides)
+
+
+def _gpipe_over_a_v(p: int, m: int) -> list[list[str]]:
+    """A bad list for ZBV's stages (r and 2p − 1 − r on rank r): every forward, then every backward, as torch writes
+    actions. It runs, but idles like GPipe."""
+    out = []
+    for r in range(p):
+        a, b = r, 2 * p - 1 - r
+        out.append([f"{a}F{i}" for i in range(m)] + [f"{b}F{i}" for i in range(m)]
+                   + [f"{b}{k}{i}" for i in range(m) for k in "IW"] + [f"{a}{k}{i}" for i in range(m) for k in "IW"])
+    return out
+
+
+def test_zbv_runs_torchs_list_on_two_ranks_and_the_claims_can_fail():
+    from labtools.claims import Ledger
+    from lessons.pipeline_parallel import zero_bubble
+    job = Settings(n_layer=4, n_embd=32, block_size=16, batch_size=8, m=4, micro_batches=(4,), worlds=(2,),
+                   schedules=("interleaved",), t_f_ms=10.0)
+    res = launch(timelines, 2, job, show_progress=False)
+    assert [(run["schedule"], run["m"]) for run in res[0]["timelines"]] == [("interleaved", 4), ("zbv", 4)]
+    results = {2: {"ranks": res}}
+    ledger = Ledger("test")
+    zero_bubble.findings(ledger, job, results)
+    claims = {c.key: c for c in ledger.claims}
+    assert set(claims) == {"zbv_idle_computed", "zbv_bubble_2", "torch_lists_ran", "interleaved_order"}
+    assert all(c.passed for c in claims.values()), [c for c in claims.values() if not c.passed]
+    zero_bubble.figure(zero_bubble.runs(results)[2], 2, job)  # draws from the run
+
+    run = zero_bubble.runs(results)[2]
+    bad = {2: {"ranks": [{"timelines": [dict(run, pipeline_order=_gpipe_over_a_v(2, 4))]}]}}
+    ledger = Ledger("test")
+    zero_bubble.findings(ledger, job, bad)
+    claims = {c.key: c for c in ledger.claims}
+    assert not claims["zbv_idle_computed"].passed  # a list that idles like GPipe is no zero-bubble schedule
+    assert not claims["torch_lists_ran"].passed  # the ranks did not run that list

@@ -26,7 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from labtools.model import GPT
-from labtools.pipeline import Action, Schedule
+from labtools.pipeline import LETTERS, Action, Schedule
 
 TORCH_SCHEDULES = (Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZERO_BUBBLE, Schedule.ZBV)
 
@@ -116,7 +116,7 @@ class ActionTimer:
             else:
                 self.overruns += 1
         self.intervals.append({"row": self.row, "kind": kind, "mb": mb, "stage": stage,
-                               "label": f"{kind[0].upper()}{mb}", "start": t0 * 1e3, "end": time.monotonic() * 1e3})
+                               "label": f"{LETTERS[kind]}{mb}", "start": t0 * 1e3, "end": time.monotonic() * 1e3})
         return out
 
 

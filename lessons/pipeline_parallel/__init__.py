@@ -5,6 +5,7 @@ The settings of notebooks/09_pipeline_parallel.ipynb and the launch its sections
     schedule.py    a schedule drawn as a grid, with a panel
     parity.py      the pipeline's gradients and training against one process
     bubble.py      timelines and the bubble, measured against (p − 1)/(m + p − 1)
+    zero_bubble.py the backward split into I and W: torch's ZBV list drawn beside 1F1B and measured
     memory.py      activations held and bytes sent per stage
     playground.py  panels over measured runs, and exercises
     ranks.py       what runs inside the torchrun ranks (torch and core labtools only)
@@ -36,6 +37,7 @@ class Settings(LabConfig):
     v: int = 2                                    # stages per rank of the interleaved schedules
     schedules: tuple = SCHEDULES                  # the schedules the timelines run (labtools.pipeline.Schedule)
     simulate: bool = True                         # pad each action to its simulated time; False: real compute
+    zero_bubble: bool = True                      # also time torch's ZBV at m = 2p (section 4's picture)
 
     RANGES = {"T_F_MS": (5.0, 1000.0), "TRAIN_STEPS": (1, 10_000)}
 

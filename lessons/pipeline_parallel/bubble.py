@@ -11,11 +11,13 @@ from lessons.pipeline_parallel.order_exercise import rule_orders, torch_orders
 
 
 def measured(results: dict[int, dict], real: bool = False) -> dict[tuple[int, Schedule, int], list[dict]]:
-    """{(p, schedule, m): intervals} of the simulated (or real) compute runs."""
+    """{(p, schedule, m): intervals} of the simulated (or real) compute runs of the schedules the formula covers
+    (zero_bubble.py draws ZBV's)."""
     out = {}
     for p, r in results.items():
         for run in (r["real"] if real else r["ranks"][0]["timelines"]) or []:
-            out[(p, Schedule(run["schedule"]), run["m"])] = run["intervals"]
+            if run["schedule"] in SCHEDULES:
+                out[(p, Schedule(run["schedule"]), run["m"])] = run["intervals"]
     return out
 
 

@@ -46,9 +46,14 @@ def _pad(job: Settings, v: int) -> dict[str, float] | None:
     return {"forward": f, "backward": b, "backward_input": b / 2, "backward_weight": b / 2}
 
 
+def chunks(schedule: Schedule, v: int) -> int:
+    """Chunks of layers (stages) per rank: ZBV's V always has two, the interleaved schedules v, the others one."""
+    return 2 if schedule == Schedule.ZBV else v if schedule.chunked else 1
+
+
 def _run(job: Settings, schedule: Schedule, m: int, X, Y, timer: ActionTimer | None, model=None):
     """Build this rank's stages for a schedule and run one step; (stages, local stage ids, loss or None)."""
-    p, v = world_size(), (job.v if schedule.chunked else 1)
+    p, v = world_size(), chunks(schedule, job.v)
     model = model or _model(job)
     stages = gpt_stages(model, p * v)
     timer = timer or ActionTimer(rank(), device=device())
@@ -86,9 +91,11 @@ def parity(job: Settings) -> dict:
 
 
 def runs_at(schedule: Schedule, p: int, m: int) -> bool:
-    """torch's Schedule1F1B needs m >= p; interleaving (here) m a multiple of p."""
+    """torch's Schedule1F1B needs m >= p; interleaving (here) m a multiple of p; ZBV runs any m."""
     if schedule == Schedule.ONE_F_ONE_B:
         return m >= p
+    if schedule == Schedule.ZBV:
+        return True
     if schedule.chunked:
         return m % p == 0
     return True
@@ -96,22 +103,28 @@ def runs_at(schedule: Schedule, p: int, m: int) -> bool:
 
 def timelines(job: Settings) -> dict:
     """For each schedule and m: one step after a warm-up step, every action timed; the intervals of all ranks
-    gathered to rank 0 (ms from the step's first action, on the machine's monotonic clock)."""
+    gathered to rank 0 (ms from the step's first action, on the machine's monotonic clock), and for the schedules
+    torch runs from a list of actions (interleaved, zero-bubble) that list ("3F0": stage, kind, micro-batch)."""
     p = world_size()
     check_pipeline(job.n_layer, p, 1, job.v)
     X, Y = _batch(job)
     runs = [(Schedule(s), m) for s in job.schedules for m in job.micro_batches if runs_at(Schedule(s), p, m)]
+    if job.zero_bubble and Schedule.ZBV not in job.schedules:
+        runs.append((Schedule.ZBV, 2 * p))  # section 4's picture: the V filled (m >= 2p − 1)
     out, overruns = [], 0
     for i, (schedule, m) in enumerate(runs):
-        v = job.v if schedule.chunked else 1
+        v = chunks(schedule, job.v)
         model = _model(job)
         stages = gpt_stages(model, p * v)
         timer = ActionTimer(rank(), _pad(job, v), device())
+        listed = None  # torch's own list of every rank's actions, where its runtime executes one
         if schedule.written_out:
             def step():
                 run_written_out(schedule_order(schedule.order, p, m)[rank()], stages, X, Y, m, timer, p)
         else:
             sched, local = torch_schedule(schedule, stages, p, m, timer, device(), job.v)
+            if schedule.chunked:
+                listed = [[str(a) if a is not None else None for a in sched.pipeline_order[r]] for r in range(p)]
 
             def step():
                 step_torch(sched, local, X, Y)
@@ -127,7 +140,7 @@ def timelines(job: Settings) -> dict:
         dist.all_gather_object(gathered, timer.intervals)
         intervals = [iv for ivs in gathered for iv in ivs]
         t0 = min(iv["start"] for iv in intervals)  # one clock (time.monotonic) on one machine: shift to the start
-        out.append({"schedule": schedule, "m": m,
+        out.append({"schedule": schedule, "m": m, "pipeline_order": listed,
                     "intervals": [dict(iv, start=iv["start"] - t0, end=iv["end"] - t0) for iv in intervals]})
         report_progress(i + 1, len(runs), f"{schedule}, m = {m}")
     return {"timelines": out if rank() == 0 else [], "overruns": overruns, "simulated": job.simulate}

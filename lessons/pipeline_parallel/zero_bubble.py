@@ -1,0 +1,123 @@
+"""Lesson 09, section 4: the zero-bubble schedule ZBV — the backward split into I and W, drawn from the list of
+actions torch's ScheduleZBVZeroBubble runs, beside 1F1B and beside the ranks' measured timeline."""
+
+import plotly.graph_objects as go
+
+from labtools import plots
+from labtools.claims import Findings, Ledger, approx, at_most, is_true
+from labtools.pipeline import (LETTERS, Schedule, decompose, from_torch, idle_fraction, in_flight, schedule_order,
+                               simulate, split_backward)
+from labtools.plan import bubble_fraction
+from lessons.pipeline_parallel import Settings
+
+
+def runs_of(results: dict[int, dict], schedule: Schedule) -> dict[int, list[dict]]:
+    """{p: the timed runs of one schedule} (rank 0 gathered them)."""
+    return {p: [run for run in r["ranks"][0]["timelines"] if run["schedule"] == schedule] for p, r in results.items()}
+
+
+def runs(results: dict[int, dict]) -> dict[int, dict]:
+    """{p: the timed ZBV run} at the m the lesson ran it."""
+    return {p: rs[-1] for p, rs in runs_of(results, Schedule.ZBV).items() if rs}
+
+
+def listed(run: dict) -> list[list]:
+    """Each rank's compute actions as torch listed them."""
+    return [from_torch(actions) for actions in run["pipeline_order"]]
+
+
+def timed(run: dict) -> list[list]:
+    """Each rank's actions in the order its timer saw them run."""
+    rows = sorted({iv["row"] for iv in run["intervals"]})
+    return [[(LETTERS[iv["kind"]], iv["mb"], iv["stage"]) for iv in sorted(run["intervals"], key=lambda iv: iv["start"])
+             if iv["row"] == r] for r in rows]
+
+
+def ran_as_listed(results: dict[int, dict]) -> dict[str, bool]:
+    """{"zbv, p = 4, m = 8": every rank ran torch's listed actions in their order} for each run with a list."""
+    out = {}
+    for p, r in results.items():
+        for run in r["ranks"][0]["timelines"]:
+            if run.get("pipeline_order"):
+                want = [[(a.kind, a.mb, a.stage) for a in rank] for rank in listed(run)]
+                out[f"{run['schedule']}, p = {p}, m = {run['m']}"] = timed(run) == want
+    return out
+
+
+def lab_order_matches(results: dict[int, dict], v: int) -> dict[str, bool]:
+    """{"p = 4, m = 8": the lab's interleaved order (labtools.pipeline.schedule_order, section 1's panel) is the
+    list torch's ScheduleInterleaved1F1B ran} for each interleaved run."""
+    out = {}
+    for p, r in runs_of(results, Schedule.INTERLEAVED).items():
+        for run in r:
+            ours = [[(a.kind, a.mb, a.stage) for a in rank] for rank in schedule_order(Schedule.INTERLEAVED, p,
+                                                                                          run["m"], v)]
+            out[f"p = {p}, m = {run['m']}"] = ours == [[(a.kind, a.mb, a.stage) for a in rank] for rank in listed(run)]
+    return out
+
+
+def figure(run: dict, p: int, S: Settings) -> go.Figure:
+    """Four timelines at the same p and m, in units of one stage's forward, F = I = W: 1F1B as the lab writes it,
+    with each backward whole and then split (I first); torch's ZBV list played; the ranks' measured ZBV step
+    (padded to the same durations)."""
+    m = run["m"]
+    order = schedule_order(Schedule.ONE_F_ONE_B, p, m)
+    measured = [dict(iv, start=iv["start"] / S.t_f_ms, end=iv["end"] / S.t_f_ms) for iv in run["intervals"]]
+    parts = [("1F1B, each backward whole (B)", simulate(order, 1.0, 2.0)),
+             ("1F1B, each backward split: I sent first, then W", simulate(split_backward(order), 1.0, 2.0)),
+             ("ZBV, torch's list: I as soon as it can, W into the gaps", simulate(listed(run), 1.0, 2.0, v=2)),
+             ("ZBV on the ranks, measured", measured)]
+    titles = [f"{name}: idle {idle_fraction(iv):.0%}" for name, iv in parts[:3]]
+    titles.append(f"{parts[3][0]}: bubble {decompose(run['intervals'])['bubble']:.0%}")
+    fig = plots.subplots(4, 1, titles, title=f"Filling the bubble: p = {p} ranks, m = {m} micro-batches",
+                         height=4 * (56 + 28 * p), shared_xaxes=True, vertical_spacing=0.07)
+    shown = set()
+    for row, (_, intervals) in enumerate(parts, start=1):
+        for trace in plots.timeline(intervals, unit="t_F").data:
+            trace.update(legendgroup=trace.name, showlegend=trace.name not in shown)
+            shown.add(trace.name)
+            fig.add_trace(trace, row=row, col=1)
+        fig.update_yaxes(categoryorder="array", categoryarray=[f"rank {r}" for r in reversed(range(p))], row=row,
+                         col=1)
+    fig.update_layout(barmode="overlay", uniformtext=dict(minsize=8, mode="hide"))
+    fig.update_xaxes(title_text=f"time, in forwards of one stage (t_F); measured: ms ÷ {S.t_f_ms:g}", row=4, col=1)
+    return fig
+
+
+def findings(ledger: Ledger, S: Settings, results: dict[int, dict]) -> Findings:
+    zb = runs(results)
+    if not zb:
+        return Findings(["This run timed no zero-bubble schedule (`zero_bubble=False`)."])
+    p = max(zb)
+    run, m = zb[p], zb[p]["m"]
+    sim = idle_fraction(simulate(listed(run), 1.0, 2.0, v=2))
+    plain = bubble_fraction(p, m)
+    meas = {q: decompose(r["intervals"])["bubble"] for q, r in zb.items()}
+    sims = {q: idle_fraction(simulate(listed(r), 1.0, 2.0, v=2)) for q, r in zb.items()}
+    ledger.add("zbv_idle_computed", f"p = {p}, m = {m}: torch's ZBV list, played with F = I = W, idles less than "
+               f"half of 1F1B's (p−1)/(m+p−1) = {plain:.1%} (the split backward fills the bubble with W)", sim,
+               at_most(plain / 2), kind="computed")
+    for q in sorted(zb):
+        ledger.add(f"zbv_bubble_{q}", f"p = {q}, m = {zb[q]['m']}, ZBV on the ranks, simulated compute: the measured "
+                   f"bubble is within 0.05 of its list's played idle fraction ({sims[q]:.1%}), not 1F1B's "
+                   f"{bubble_fraction(q, zb[q]['m']):.1%}", meas[q], approx(sims[q], abs=0.05), kind="measured")
+    same = ran_as_listed(results)
+    ledger.add("torch_lists_ran", f"every rank ran exactly the actions torch listed for it, in order ({len(same)} runs "
+               "of ZBV and the interleaved schedules): the picture is the schedule that ran", all(same.values())
+               and bool(same), is_true(), kind="measured")
+    ours = lab_order_matches(results, S.v)
+    if ours:
+        ledger.add("interleaved_order", f"the lab's interleaved order (section 1's panel) is the list torch's "
+                   f"ScheduleInterleaved1F1B ran, on every rank ({len(ours)} runs)", all(ours.values()), is_true(),
+                   kind="measured")
+    held = max(in_flight(listed(run))) / 2  # two chunks per rank: a chunk's activations are half a stage's
+    split = idle_fraction(simulate(split_backward(schedule_order(Schedule.ONE_F_ONE_B, p, m))))
+    return Findings([
+        f"Splitting alone helps: 1F1B that sends I's gradient before running W idles **{split:.1%}** at p = {p}, "
+        f"m = {m}, not {plain:.1%}; the stage before waits for I only.",
+        f"Played with F = I = W, torch's ZBV list idles **{sim:.1%}**: its W fill the gaps that remain.",
+        f"On the ranks, ZBV's measured bubble was **{meas[p]:.1%}**: the gaps 1F1B leaves are filled with W.",
+        "Every rank ran its actions in the order torch listed them, so the picture is the schedule that ran.",
+        f"A W frees its micro-batch's activations: every ZBV rank holds at most **{held:g}** stages' worth "
+        f"(computed from the list); 1F1B's first rank holds {min(p, m)}.",
+    ])
