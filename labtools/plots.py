@@ -7,6 +7,7 @@
 """
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -26,7 +27,7 @@ COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e3
 _GRID = "#EBF0F8"
 pio.templates["labtools"] = go.layout.Template(layout=dict(
     paper_bgcolor="white", plot_bgcolor="white", colorway=list(COLORS), font=dict(color="#2a3f5f"),
-    title=dict(x=0.05), hovermode="closest",
+    title=dict(x=0.05, font=dict(size=15)), hovermode="closest",
     xaxis=dict(gridcolor=_GRID, linecolor=_GRID, zerolinecolor=_GRID, zerolinewidth=2, automargin=True),
     yaxis=dict(gridcolor=_GRID, linecolor=_GRID, zerolinecolor=_GRID, zerolinewidth=2, automargin=True),
 ))
@@ -41,16 +42,41 @@ LEGENDS = {"below": dict(orientation="h", y=-0.2), "right": dict(orientation="v"
                                                                                                 y=1.12)}
 
 
+TITLE_CHARS = 70  # a line of the 15-px title fits the 592-px output area of a 1024-px JupyterLab, sidebar open
+
+
+def wrap_title(title: str, width: int = TITLE_CHARS) -> str:
+    """The title broken into lines of at most `width` visible characters (at spaces; HTML tags are not counted;
+    its own <br> kept): plotly never wraps a title, and cuts it at the figure's edge."""
+    lines = []
+    for part in re.split(r"<br\s*/?>", title):
+        line, seen = "", 0
+        for word in part.split(" "):
+            n = len(re.sub(r"<[^>]+>", "", word))
+            if line and seen + 1 + n > width:
+                lines.append(line)
+                line, seen = word, n
+            else:
+                line, seen = (f"{line} {word}", seen + 1 + n) if line else (word, n)
+        lines.append(line)
+    return "<br>".join(lines)
+
+
 def style(fig: go.Figure, title: str | None = None, xaxis: str | None = None, yaxis: str | None = None, *,
           height: int = 380, legend: str | dict = "below", **layout) -> go.Figure:
     """Apply the lab's look: template, margins, height, legend placement ("below", "right", "top", or a plotly
-    legend dict); any other layout keyword passes through (barmode="stack", …). Returns the figure."""
+    legend dict); any other layout keyword passes through (barmode="stack", …). A long title is wrapped
+    (wrap_title) and the top margin grows with its lines. Returns the figure."""
     if isinstance(legend, str) and legend not in LEGENDS:
         raise ValueError(f"legend must be one of {tuple(LEGENDS)} or a dict, got {legend!r}")
     kw = dict(template=TEMPLATE, height=height, margin=dict(l=60, r=20, t=50, b=50),
               legend=LEGENDS[legend] if isinstance(legend, str) else legend)
     if title is not None:
+        title = wrap_title(title)
+        extra = title.count("<br>")
         kw["title"] = title
+        kw["margin"]["t"] += 22 * extra
+        kw["height"] = height + 22 * extra
     if xaxis is not None:
         kw["xaxis_title"] = xaxis
     if yaxis is not None:
@@ -65,7 +91,8 @@ def subplots(rows: int, cols: int, titles: Sequence[str] = (), *, title: str | N
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles) or None, **kw)
     style(fig, title, height=height, legend=legend)
     if title and titles:  # room for the figure's title above the subplots' own
-        fig.update_layout(margin_t=90, height=height + 40)
+        extra = 22 * fig.layout.title.text.count("<br>")
+        fig.update_layout(margin_t=90 + extra, height=height + 40 + extra)
     return fig
 
 
@@ -144,8 +171,10 @@ def table(header: Sequence[str], rows: Sequence[Sequence], *, title: str = "", r
     cols = list(zip(*rows)) if rows else [[] for _ in header]
     fig = go.Figure(go.Table(header=dict(values=list(header), align="left", fill_color="#eef"),
                              cells=dict(values=cols, align="left", height=row_height)))
-    fig.update_layout(template=TEMPLATE, title=title, margin=dict(l=10, r=10, t=40 if title else 10, b=10),
-                      height=(70 if title else 30) + row_height * (len(rows) + 1) + 20)
+    title = wrap_title(title)
+    extra = 22 * title.count("<br>")
+    fig.update_layout(template=TEMPLATE, title=title, margin=dict(l=10, r=10, t=(40 if title else 10) + extra, b=10),
+                      height=(70 if title else 30) + extra + row_height * (len(rows) + 1) + 20)
     return fig
 
 

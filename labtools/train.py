@@ -24,7 +24,7 @@ import torch
 from labtools import checkpoint
 from labtools.data import Corpus
 from labtools.optim import param_groups
-from labtools.progress import progress
+from labtools.progress import check_cancelled, progress
 from labtools.schedules import constant
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -203,6 +203,7 @@ def train(model: torch.nn.Module, data: Corpus, cfg: TrainConfig, *,
     stop = end if cfg.stop_at is None else cfg.stop_at
     bar = progress(total=stop - first, desc=cfg.desc, disable=not cfg.progress)
     for step in range(first, stop):
+        check_cancelled()  # a panel's Cancel: stop between steps
         t0 = time.perf_counter()
         mult = cfg.lr_schedule(step)
         if not 0 <= mult < math.inf:

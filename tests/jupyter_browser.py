@@ -333,6 +333,80 @@ def page_problems(page, settle: float = 15) -> list[str]:
     return problems
 
 
+_LAYOUT_JS = """() => {
+  const out = [];
+  const meet = (a, b) => !(a.right <= b.left || b.right <= a.left || a.bottom <= b.top || b.bottom <= a.top);
+  // where a trace's points lie on one axis, in the axis's own coordinates (log10 on a log axis)
+  const extent = (fl, data, letter, name, log) => {
+    const vals = [];
+    for (const t of data) {
+      if ((t[letter + 'axis'] || letter) !== name || !Array.isArray(t[letter])) continue;
+      for (const v of t[letter]) if (typeof v === 'number' && isFinite(v) && (!log || v > 0))
+        vals.push(log ? Math.log10(v) : v);
+    }
+    return vals.length ? [Math.min(...vals), Math.max(...vals)] : null;
+  };
+  document.querySelectorAll('.js-plotly-plot').forEach((gd, i) => {
+    const t = gd.layout && gd.layout.title;
+    const label = String((t && (t.text || (typeof t === 'string' && t))) || `figure ${i + 1}`)
+      .replace(/<[^>]+>/g, ' ').slice(0, 60);
+    const area = gd.closest('.jp-OutputArea-output'), svg = gd.querySelector('svg.main-svg');
+    if (area && svg && svg.getBoundingClientRect().width > area.clientWidth + 1)
+      out.push(`${label}: ${Math.round(svg.getBoundingClientRect().width)} px wide in a ${area.clientWidth}-px ` +
+               'output area');
+    const title = gd.querySelector('.gtitle'), legend = gd.querySelector('.legend');
+    if (title && legend && meet(title.getBoundingClientRect(), legend.getBoundingClientRect()))
+      out.push(`${label}: its legend covers its title`);
+    if (title && area && title.getBoundingClientRect().right > area.getBoundingClientRect().right + 1)
+      out.push(`${label}: its title runs past the output area's right edge`);
+    const fl = gd._fullLayout || {}, data = gd._fullData || [];
+    (fl.annotations || []).forEach(a => {
+      for (const [letter, ref, pos] of [['x', a.xref, a.x], ['y', a.yref, a.y]]) {
+        if (!ref || ref === 'paper' || ref.endsWith(' domain') || typeof pos !== 'number') continue;
+        const ax = fl[letter + 'axis' + ref.slice(1)];
+        if (!ax || !['linear', 'log'].includes(ax.type)) continue;
+        const note = `${label}: the note '${String(a.text).replace(/<[^>]+>/g, ' ').slice(0, 30)}' sits at ` +
+                     `${ref} = ${pos.toPrecision(3)}${ax.type === 'log' ? ' (log10)' : ''}`;
+        const lo = Math.min(...ax.range), hi = Math.max(...ax.range);
+        if (pos < lo - 1e-6 * (hi - lo) || pos > hi + 1e-6 * (hi - lo)) {
+          out.push(`${note}, outside its axis [${lo.toPrecision(3)}, ${hi.toPrecision(3)}]`);
+          continue;
+        }
+        // an axis stretched to hold a misplaced note (10^x on a log axis): the note is ten data spans away
+        const span = extent(fl, data, letter, ref, ax.type === 'log');
+        const reach = span && 10 * Math.max(span[1] - span[0], 1e-9);
+        if (span && (pos < span[0] - reach || pos > span[1] + reach))
+          out.push(`${note}, far outside the data [${span[0].toPrecision(3)}, ${span[1].toPrecision(3)}]`);
+      }
+    });
+  });
+  return out;
+}"""
+
+
+_WIDER_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].some(gd => {
+  const area = gd.closest('.jp-OutputArea-output'), svg = gd.querySelector('svg.main-svg');
+  return area && svg && svg.getBoundingClientRect().width > area.clientWidth + 1; })"""
+
+
+def figure_layout_problems(page, widths: tuple[int, ...] = (1400, 1024)) -> list[str]:
+    """At each window width: figures wider than their output area, legends over titles, titles cut at the
+    figure's edge, notes (annotations) placed outside their axis's range. The window is left at the first width."""
+    found = []
+    height = page.viewport_size["height"]
+    for width in widths:
+        if page.viewport_size["width"] != width:
+            page.set_viewport_size({"width": width, "height": height})
+            page.wait_for_timeout(300)
+            deadline = time.monotonic() + 4  # plotly redraws each figure to the new width, one after another
+            while time.monotonic() < deadline and page.evaluate(_WIDER_JS):
+                page.wait_for_timeout(100)
+        found += [f"at {width} px: {p}" for p in page.evaluate(_LAYOUT_JS)]
+    page.set_viewport_size({"width": widths[0], "height": height})
+    page.wait_for_timeout(300)
+    return found
+
+
 def fill_exercise(page, solution: str, timeout: float) -> str:
     """Do an exercise as a learner would: in the cell that still raises NotImplementedError, select everything,
     type the solution (inserted as typed text, so the editor's auto-indent leaves it alone), run that cell and
@@ -391,11 +465,24 @@ _WATCH_JS = """(panel) => {
 }"""
 
 
-def move_control(panel, step: int = 1) -> str:
-    """Change the panel's first control the way a user would (an arrow key on a slider, a pick in a dropdown,
-    a number typed into a box), up for step=1 and down for step=-1 (the other way at an end); returns what
-    was done."""
-    first = panel.locator(".widget-hslider, .widget-dropdown, .widget-text").first
+CONTROLS = ".widget-hslider, .widget-dropdown, .widget-text"
+
+
+def control_value(control) -> str:
+    """What a control shows: a slider's readout, a dropdown's pick, a box's text."""
+    kind = control.evaluate("e => e.className")
+    if "widget-hslider" in kind:
+        return control.locator(".widget-readout").first.inner_text()
+    if "widget-dropdown" in kind:
+        return control.locator("select").evaluate("s => s.options[s.selectedIndex].text")
+    return control.locator("input").input_value()
+
+
+def move_control(panel, step: int = 1, which: int = 0) -> str:
+    """Change one of the panel's controls (the first unless `which` says another, -1 the last) the way a user
+    would (an arrow key on a slider, a pick in a dropdown, a number typed into a box), up for step=1 and down for
+    step=-1 (the other way at an end); returns what was done."""
+    first = panel.locator(CONTROLS).nth(which)
     kind = first.evaluate("e => e.className")
     label = first.locator(".widget-label").first.inner_text().strip()
     if "widget-hslider" in kind:
@@ -440,6 +527,60 @@ def move_and_watch(page, panel, timeout: float, step: int = 1) -> dict:
         time.sleep(0.05)
     return {"title": title, "action": action, "changed_ms": w["changed"], "progress_ms": w["progress"],
             "error": w["error"]}
+
+
+_SIGNATURE_JS = """(panel) => { const gd = panel.querySelector('.js-plotly-plot'); if (!gd) return null;
+  const l = gd.layout || {}; return JSON.stringify([gd.data, l.title]); }"""
+
+
+def interrupt_kernel(lab, notebook: str) -> None:
+    """The kernel menu's Interrupt, through the server's API."""
+    for s in lab.api("sessions"):
+        if s.get("path") == notebook:
+            lab.api(f"kernels/{s['kernel']['id']}/interrupt", method="POST")
+            return
+    raise RuntimeError(f"{notebook}: no kernel to interrupt")
+
+
+def ranks_running(marker: str) -> list[str]:
+    """The processes of a launch (torchrun, its ranks, the supervisor) still alive."""
+    return [p for p in leftovers(marker) if "torch.distributed.run" in p or "labtools.parallel" in p]
+
+
+def stop_runs(page, lab, notebook: str, timeout: float = 60) -> list[dict]:
+    """In the first panel with a Cancel button, start a run it has not made (its last control, up) and stop it,
+    twice: with Cancel, then with the kernel's Interrupt. For each: whether the run started (Cancel enabled, a
+    progress bar), the panel said "cancelled", the control went back, the figure stayed, and what was left."""
+    panel = page.locator(".lab-panel").filter(has=page.locator("button", has_text="Cancel")).first
+    if not panel.count():
+        return [{"how": None, "error": "no panel with a Cancel button"}]
+    panel.scroll_into_view_if_needed()
+    button = panel.locator("button", has_text="Cancel")
+    control = panel.locator(CONTROLS).last
+    out = []
+    for how in ("Cancel", "Interrupt"):
+        figure, value = panel.evaluate(_SIGNATURE_JS), control_value(control)
+        seen = {"how": how, "action": move_control(panel, 1, which=-1), "started": False, "cancelled": False}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not seen["started"]:
+            seen["started"] = button.is_enabled() and panel.locator(".widget-output .widget-hprogress").count() > 0
+            time.sleep(0.05)
+        time.sleep(1.0)  # well into the run: its steps going, or its ranks starting
+        if how == "Cancel":
+            button.click()
+        else:
+            interrupt_kernel(lab, notebook)
+        while time.monotonic() < deadline and not seen["cancelled"]:
+            seen["cancelled"] = panel.locator(".lab-panel-cancelled").count() > 0
+            time.sleep(0.05)
+        seen["control_back"] = control_value(control) == value
+        seen["figure_same"] = panel.evaluate(_SIGNATURE_JS) == figure
+        seen["button_off"] = not button.is_enabled()
+        seen["left"] = ranks_running(lab.marker)
+        out.append(seen)
+        page.wait_for_timeout(300)
+        panel.evaluate("p => p.querySelector('.lab-panel-cancelled')?.remove()")  # the next stop must say so anew
+    return out
 
 
 def ensure_browser() -> str:

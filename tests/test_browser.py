@@ -20,8 +20,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from jupyter_browser import (KERNELSPEC, Browser, JupyterLab, cell_errors, close_notebook, leftovers, move_and_watch,
-                             fill_exercise, open_notebook, page_problems, panels, run_all, save, smoke_copy)
+from jupyter_browser import (KERNELSPEC, Browser, JupyterLab, cell_errors, close_notebook, figure_layout_problems,
+                             fill_exercise, leftovers, move_and_watch, open_notebook, page_problems, panels, run_all,
+                             save, smoke_copy, stop_runs)
 from test_prose import FRAMED, problems
 
 from labtools.claims import KINDS, read_ledgers
@@ -55,6 +56,10 @@ EXERCISES = {"00_training_loop": "lessons.training_loop.adamw_exercise",
              "15_mixture_of_experts": "lessons.mixture_of_experts.router_exercise",
              "16_plan_a_run": "lessons.plan_a_run.memory_exercise",
              "07_data_parallel": "lessons.data_parallel.ring_exercise"}
+
+
+# The lessons whose training or launching panel is stopped mid-run, once with Cancel and once with Interrupt.
+STOPPED = ("00_training_loop", "07_data_parallel")
 
 
 # `make screenshot`: the README's picture, taken by this test (the lesson's first panel, exercise done).
@@ -112,6 +117,7 @@ def drive(server: JupyterLab, page, name: str, screenshot: bool = True) -> dict:
         stage("save")
         seen["problems"] = page_problems(page)
         seen["figures"] = page.locator(".js-plotly-plot").count()
+        seen["layout"] = figure_layout_problems(page)
         stage("check")
         # down rather than up: a panel that trains then trains something smaller (fewer layers, ranks, steps)
         seen["panels"] = [move_and_watch(page, p, PANEL_TIMEOUT_S, step=-1) for p in panels(page)]
@@ -119,9 +125,12 @@ def drive(server: JupyterLab, page, name: str, screenshot: bool = True) -> dict:
         if seen["lesson"] in EXERCISES:
             seen["exercise"] = fill_exercise(page, solution(seen["lesson"]), EXERCISE_TIMEOUT_S)
             stage("exercise")
+        if seen["lesson"] in STOPPED:
+            seen["stops"] = stop_runs(page, server, name)
+            stage("cancel")
         if os.environ.get(SCREENSHOT_ENV) and seen["lesson"] == SCREENSHOT_LESSON:
             photograph(page, Path(os.environ[SCREENSHOT_ENV]))
-        failed = seen["errors"] or seen["problems"] or any(p["error"] or p["changed_ms"] is None
+        failed = seen["errors"] or seen["problems"] or seen["layout"] or any(p["error"] or p["changed_ms"] is None
                                                            for p in seen["panels"])
         if failed and screenshot:
             shoot(page, seen["lesson"])
@@ -177,13 +186,15 @@ def test_lesson_runs_in_jupyterlab_and_its_panels_respond(path, lab, record_prop
         for p in seen["panels"]))
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / f"{lesson}.json").write_text(json.dumps(
-        {"stages_s": seen["stages_s"], "cells_s": cell_seconds(seen["saved"]), "panels": seen["panels"]}, indent=1))
+        {"stages_s": seen["stages_s"], "cells_s": cell_seconds(seen["saved"]), "panels": seen["panels"],
+         "stops": seen.get("stops"), "layout": seen.get("layout")}, indent=1))
 
     assert not seen["errors"], f"{lesson}: a cell failed in the browser: {seen['errors'][0]}"
     unrun = [i for i, p in enumerate(run["prompts"]) if "[ ]" in p or "*" in p]
     assert not unrun, f"{lesson}: code cells {unrun} did not run"
     assert not seen["problems"], f"{lesson}: " + "; ".join(seen["problems"])
     assert seen["figures"], f"{lesson}: no plotly figure rendered"
+    assert not seen["layout"], f"{lesson}: figures a learner cannot read whole:\n" + "\n".join(seen["layout"])
 
     ledgers = read_ledgers(seen["saved"])
     claims = [c for ledger in ledgers for c in ledger["claims"]]
@@ -201,6 +212,12 @@ def test_lesson_runs_in_jupyterlab_and_its_panels_respond(path, lab, record_prop
     if lesson in EXERCISES:
         assert "✓" in seen["exercise"], f"{lesson}: the exercise, filled in with its solution, printed " \
                                         f"{seen['exercise']!r}"
+    for stop in seen.get("stops", []):
+        assert stop.get("how") and stop["started"], f"{lesson}: no run to stop: {stop}"
+        assert stop["cancelled"] and stop["button_off"], f"{lesson}: {stop['how']} did not say 'cancelled': {stop}"
+        assert stop["control_back"] and stop["figure_same"], \
+            f"{lesson}: after {stop['how']}, the control and the figure disagree: {stop}"
+        assert not stop["left"], f"{lesson}: after {stop['how']}, processes of the run are left: {stop['left']}"
     for p in seen["panels"]:
         assert not p["error"], f"{lesson}: panel {p['title']!r} failed after {p['action']}: {p['error']}"
         assert p["changed_ms"] is not None, \
@@ -212,6 +229,10 @@ PLANTED = [
     "def draw(k):\n    if k != 3:\n        raise RuntimeError(f'planted failure at k={k}')\n"
     "    return go.Figure(go.Scatter(y=[k, 1]))\n"
     "Panel(draw, {'k': slider(3, 1, 5, description='k')}, debounce_ms=0, title='Broken on purpose').show()",
+    "go.Figure([go.Scatter(x=[1, 10], y=[1, 2], name='a'), go.Scatter(x=[1, 10], y=[2, 1], name='b')], layout=dict(\n"
+    "    width=1600, title='Planted: too wide, legend over the title', xaxis_type='log',\n"
+    "    legend=dict(orientation='h', x=0.05, y=1.0, yanchor='bottom', font_size=30),\n"
+    "    annotations=[dict(x=40, y=1.5, text='off its axis')])).show()  # on a log axis x=40 means 10^40",
     "1 / 0",
     "print('never reached')",
 ]
@@ -240,15 +261,21 @@ def test_a_committed_notebook_opens_clean(lab):
 
 def test_the_harness_reports_a_failing_cell_and_a_failing_panel(lab):
     """The checks above can fail: Run All stops at a cell that raises (the cells after it left unrun) and the
-    saved notebook names its error; a panel whose callback raises is named with its error, its figure unchanged."""
+    saved notebook names its error; a panel whose callback raises is named with its error, its figure unchanged;
+    a figure wider than its output area, with its legend over its title and a note off its axis, is named."""
     server, page = lab
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in PLANTED])
     nb.metadata["kernelspec"] = KERNELSPEC
     nbformat.write(nb, server.root / "planted.ipynb")
     seen = drive(server, page, "planted.ipynb", screenshot=False)
     assert seen["errors"] and seen["errors"][0].startswith("ZeroDivisionError"), seen["errors"]
-    assert [p.strip() for p in seen["run"]["prompts"]] == ["[1]:", "[2]:", "[3]:", "[ ]:"], seen["run"]
+    assert [p.strip() for p in seen["run"]["prompts"]] == ["[1]:", "[2]:", "[3]:", "[4]:", "[ ]:"], seen["run"]
     assert not seen["problems"], seen["problems"]
+    for width in (1400, 1024):
+        planted = [p for p in seen["layout"] if p.startswith(f"at {width} px: Planted")]
+        assert any("px wide in a" in p for p in planted), seen["layout"]
+        assert any("legend covers its title" in p for p in planted), seen["layout"]
+        assert any("'off its axis'" in p and "far outside the data" in p for p in planted), seen["layout"]
     (panel,) = seen["panels"]
     assert panel["title"] == "Broken on purpose"
     assert panel["error"] and "planted failure at k=2" in panel["error"], panel

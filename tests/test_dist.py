@@ -109,6 +109,18 @@ def test_keyboard_interrupt_stops_every_process():
         signal.signal(signal.SIGINT, previous)
 
 
+def test_a_cancelled_launch_stops_every_process():
+    from labtools.progress import Cancelled, cancel_on
+    cancel = threading.Event()
+    timer = threading.Timer(4.0, cancel.set)  # as when a panel's Cancel button is pressed
+    timer.start()
+    try:
+        with cancel_on(cancel), pytest.raises(Cancelled):
+            launch(checks.slow, 2, Fault(steps=100, step_s=1.0), show_progress=False)
+    finally:
+        timer.cancel()  # no_orphans: nothing of the run is left
+
+
 CALLER = """
 import signal, sys
 signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as in a terminal, even when the tests run under nohup

@@ -1,4 +1,6 @@
 import asyncio
+import threading
+import time
 
 import ipywidgets as W
 import plotly.graph_objects as go
@@ -168,3 +170,85 @@ def test_a_choice_slider_holds_the_lessons_own_values_exactly():
     assert nice_values(1, 10) == [1.0, 1.5, 2.0, 3.0, 5.0, 7.0, 10.0]
     t = choice_slider(15_600.0, 1.0, 100_000.0, "tokens (B)")
     assert t.label == "15,600"
+
+
+def _long_draw(started: "threading.Event"):
+    """n = 1 draws at once; any other n is a 'training' of 200 steps that checks for Cancel at each step."""
+    from labtools.progress import check_cancelled
+
+    def long_draw(n):
+        if n != 1:
+            started.set()
+            for _ in range(200):
+                check_cancelled()
+                time.sleep(0.02)
+        return go.Figure(go.Scatter(x=[0], y=[n]))
+    return long_draw
+
+
+def test_a_cancellable_panel_runs_beside_the_kernel_and_cancel_puts_its_controls_back(monkeypatch):
+    from labtools import widgets
+    monkeypatch.setattr(widgets, "has_frontend", lambda: True)  # as in JupyterLab
+    started = threading.Event()
+    panel = Panel(_long_draw(started), {"n": slider(1, 1, 5, description="layers")}, cancellable=True)
+    assert panel.cancel_button in panel.widget().children[0].children
+
+    async def learner():
+        assert panel.figure.data[0].y == (1,)
+        t0 = time.monotonic()
+        panel.controls["n"].value = 3
+        assert time.monotonic() - t0 < 1.0  # the change returned at once: the run is in the panel's thread
+        assert not panel.cancel_button.disabled and "running" in panel.status.value
+        await asyncio.to_thread(started.wait, 5)
+        panel.cancel_button.click()
+        await asyncio.to_thread(panel.wait, 5)
+        await asyncio.sleep(0.05)  # the end of the run is handed to the kernel's loop
+        assert time.monotonic() - t0 < 3.0  # stopped long before its 4 s of work
+
+    asyncio.run(learner())
+    assert panel.controls["n"].value == 1 and panel.figure.data[0].y == (1,)  # controls and figure agree
+    shown = panel.plot.outputs[0]["data"]["application/vnd.plotly.v1+json"]  # what the notebook draws
+    assert len(panel.plot.outputs) == 1 and shown["data"][0]["y"] == [1]
+    assert "cancelled" in panel.status.value and "layers 1" in panel.status.value
+    assert panel.cancel_button.disabled and not panel._worker.is_alive()
+
+
+def test_a_cancellable_panel_draws_the_last_value_moved_during_a_run(monkeypatch):
+    from labtools import widgets
+    monkeypatch.setattr(widgets, "has_frontend", lambda: True)
+    calls = []
+
+    def quick(n):
+        calls.append(n)
+        time.sleep(0.2)
+        return go.Figure(go.Scatter(x=[0], y=[n]))
+
+    panel = Panel(quick, {"n": slider(1, 1, 5)}, cancellable=True)
+
+    async def learner():
+        _ = panel.figure
+        for v in (2, 3, 4):  # moved while the first run is going
+            panel.controls["n"].value = v
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if panel.figure.data[0].y == (4,) and not panel._worker.is_alive():
+                break
+
+    asyncio.run(learner())
+    assert calls == [1, 2, 4] and panel.figure.data[0].y == (4,)
+
+
+def test_the_kernels_interrupt_during_a_draw_cancels_it_and_puts_the_controls_back():
+    import _thread
+    import signal
+    started = threading.Event()
+    panel = Panel(_long_draw(started), {"n": slider(1, 1, 5)}, debounce_ms=0)  # a draw on the kernel's thread
+    _ = panel.figure
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # the kernel's handler during a message
+    threading.Thread(target=lambda: started.wait(5) and _thread.interrupt_main(), daemon=True).start()
+    try:
+        panel.controls["n"].value = 2
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert panel.controls["n"].value == 1 and panel.figure.data[0].y == (1,)
+    assert "cancelled" in panel.status.value

@@ -22,7 +22,7 @@ Failure handling (diagnose.py and processes.py; tests/test_dist.py):
 - a rank killed by a signal (no result, no error of its own) -> RankFailed naming that rank and signal,
   even when its peers then fail with "connection closed";
 - a collective that not every rank reaches -> the process-group timeout (collective_timeout_s);
-- an overall timeout or a KeyboardInterrupt -> every process of the run is stopped;
+- an overall timeout, a KeyboardInterrupt or a panel's Cancel -> every process of the run is stopped;
 - the caller itself dies (SIGTERM, SIGHUP, SIGKILL: a closed terminal, a CI timeout, the OOM killer) ->
   the supervisor gets a parent-death signal and stops torchrun; ranks die with torchrun.
 torchrun's own files go under the run directory, which is removed afterwards (keep_dir=True keeps it).
@@ -45,7 +45,7 @@ from labtools.parallel.diagnose import all_results, diagnose, log_tails, read_re
 from labtools.parallel.processes import run_pids, start_reaping, terminate
 from labtools.parallel.targets import ALLOW_ENV, TRUSTED_PACKAGES, allowed_prefixes, resolve_target, root_of, target_of
 from labtools.parallel.toolkit import RUN_DIR_ENV
-from labtools.progress import progress
+from labtools.progress import Cancelled, check_cancelled, progress
 
 BACKENDS = ("auto", "gloo", "nccl")
 RUN_ROOT_ENV = "LABTOOLS_RUN_ROOT"          # where run directories are made (default: the temp directory)
@@ -134,6 +134,7 @@ def launch(fn, nprocs: int, config=None, *, backend: str = "auto", timeout_s: fl
                 raise TimeoutError(f"launch of {target} on {nprocs} ranks exceeded timeout_s={timeout_s}; every "
                                    "process of the run was stopped.\n" + log_tails(run_dir, nprocs))
             _update_bar(bar, run_dir)
+            check_cancelled()  # a panel's Cancel: stopped below like an Interrupt
             time.sleep(0.05)
         _update_bar(bar, run_dir)
         log.flush()
@@ -143,7 +144,7 @@ def launch(fn, nprocs: int, config=None, *, backend: str = "auto", timeout_s: fl
         results = read_results(run_dir, nprocs)
         ok = True
         return results
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Cancelled):
         terminate(proc, run_dir)
         raise
     finally:

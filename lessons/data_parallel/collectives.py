@@ -5,6 +5,7 @@ the same collective run on real ranks."""
 import ipywidgets as W
 import plotly.graph_objects as go
 
+from labtools import plots
 from labtools.claims import Findings, Ledger, is_true
 from labtools.parallel import launch
 from labtools.parallel.comm import ring_steps
@@ -77,7 +78,9 @@ def figure(state: list[list], title: str) -> go.Figure:
                                zmin=0, zmax=1, colorscale="Blues", showscale=False, xgap=3, ygap=3,
                                hovertemplate="%{y}, %{x}: holds the sum of ranks %{text}<extra></extra>"))
     fig.update_yaxes(autorange="reversed")
-    fig.update_layout(title=title, height=120 + 48 * n, margin=dict(l=70, r=20, t=60, b=40))
+    title = plots.wrap_title(title)
+    extra = 22 * title.count("<br>")
+    fig.update_layout(title=title, height=120 + extra + 48 * n, margin=dict(l=70, r=20, t=60 + extra, b=40))
     return fig
 
 

@@ -40,4 +40,5 @@ def ddp_panel(S: Settings) -> tuple[Panel, RunCache]:
         "bucket_cap_mb": W.SelectionSlider(options=[0.01, 0.05, 1.0, 25.0], value=25.0, description="bucket MB",
                                            continuous_update=False),
     }
-    return Panel(draw, controls, title="A DDP run of your choice (each new setting launches once)"), cache
+    return Panel(draw, controls, title="A DDP run of your choice (each new setting launches once)",
+                 cancellable=True), cache

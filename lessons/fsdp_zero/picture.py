@@ -33,7 +33,8 @@ def figure(shard: dict[int, list[dict]]) -> go.Figure:
     res = shard[world]
     n = res[0][Strategy.DDP]["n_params"]
     fig = plots.subplots(1, len(SHOWN), [s.short for s in SHOWN], height=330, legend="below", shared_yaxes=True,
-                         horizontal_spacing=0.03)
+                         horizontal_spacing=0.03, title=f"Who holds what: each rank's share of the model's bytes, "
+                         f"measured ({world} ranks; ZeRO-2's parameters between forward and backward)")
     for col, s in enumerate(SHOWN, 1):
         z = shares(res, s)
         p = predicted(n, s, world)
@@ -46,8 +47,6 @@ def figure(shard: dict[int, list[dict]]) -> go.Figure:
                                  texttemplate="%{text}", hovertext=hover, hoverinfo="text",
                                  colorbar=dict(title="share of<br>the model")), row=1, col=col)
     fig.update_yaxes(autorange="reversed")
-    fig.update_layout(title=f"Who holds what: each rank's share of the model's bytes, measured ({world} ranks; "
-                            "ZeRO-2's parameters between forward and backward)")
     return fig
 
 

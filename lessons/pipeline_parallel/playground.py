@@ -40,7 +40,8 @@ def measured_panel(S: Settings, results: dict[int, dict]) -> tuple[Panel, RunCac
         "m": W.SelectionSlider(options=sorted(set(S.micro_batches) | {S.m}), value=max(S.worlds) * 2
                                if max(S.worlds) * 2 in S.micro_batches else S.m, description="m"),
     }
-    return Panel(draw, controls, title="A measured timeline (new settings launch a short run)"), cache
+    return Panel(draw, controls, title="A measured timeline (new settings launch a short run)",
+                 cancellable=True), cache
 
 
 def exercises(ledger: Ledger) -> list[Exercise]:

@@ -33,4 +33,5 @@ def size_panel(S: Settings, corpus: data.Corpus, baseline: History) -> tuple[Pan
         "n_embd": slider(S.n_embd, 32, 256, 32, description="width", continuous=False),
         "steps": slider(S.steps, 50, 4 * S.steps, 50, description="steps", continuous=False),
     }
-    return Panel(draw, controls, title="Train a model of your choice (each new setting trains once)"), cache
+    return Panel(draw, controls, title="Train a model of your choice (each new setting trains once)",
+                 cancellable=True), cache
