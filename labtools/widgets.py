@@ -143,7 +143,8 @@ class Panel:
         ms = (time.perf_counter() - t0) * 1e3
         self.draw_ms.append(ms)
         self._shown = values
-        self.status.value = f"<small style='color:#666'>redrawn in {ms:.0f} ms</small>"
+        # data-draw counts the draws: a browser test sees a redraw even when the figure came out the same
+        self.status.value = f"<small style='color:#666' data-draw='{len(self.draw_ms)}'>redrawn in {ms:.0f} ms</small>"
 
     def cancel(self) -> None:
         """Stop the running draw at its next check (a training step, a launch's wait); safe from any thread."""

@@ -434,16 +434,23 @@ def panels(page) -> list:
     return page.locator(".lab-panel").all()
 
 
+def controls(panel) -> int:
+    """How many controls a panel has (sliders, dropdowns, boxes, toggle buttons)."""
+    return panel.locator(CONTROLS).count()
+
+
 # Installed on a panel before its control moves: the first input event starts the clock; then, every 5 ms,
-# whether the figure's traces/title/annotations/shapes differ from before, whether progress bars appeared
-# under the controls, and whether the panel reported an error.
+# whether the figure's traces/title/annotations/shapes differ from before, whether the panel drew again (its
+# status counts draws: a control may rightly leave the figure as it was, e.g. data parallelism at ZeRO stage 0),
+# whether progress bars appeared under the controls, and whether the panel reported an error.
 _WATCH_JS = """(panel) => {
   const sig = () => { const gd = panel.querySelector('.js-plotly-plot'); if (!gd) return null;
     const l = gd.layout || {}; return JSON.stringify([gd.data, l.title, l.annotations, l.shapes]); };
-  const w = {before: sig(), t0: null, changed: null, progress: null, error: null};
+  const draws = () => { const s = panel.querySelector('[data-draw]'); return s ? s.dataset.draw : null; };
+  const w = {before: sig(), draws: draws(), t0: null, changed: null, redrawn: null, progress: null, error: null};
   panel.__labWatch = w;
   const start = () => { if (w.t0 === null) w.t0 = performance.now(); };
-  const events = ['keydown', 'input', 'change'];
+  const events = ['keydown', 'input', 'change', 'click'];
   for (const ev of events) panel.addEventListener(ev, start, true);
   const stop = () => { for (const ev of events) panel.removeEventListener(ev, start, true); };
   const born = performance.now();
@@ -457,6 +464,9 @@ _WATCH_JS = """(panel) => {
         w.progress = now;
       const s = sig();
       if (s !== null && s !== w.before) { w.changed = now; return stop(); }
+      const d = draws();  // null while a run is going ("running…"): only a finished draw counts
+      if (w.redrawn === null && d !== null && d !== w.draws) w.redrawn = now;  // drawn again, the same figure so far
+      if (w.redrawn !== null && now - w.redrawn > 1000) return stop();  // the same figure: it is not coming
     }
     setTimeout(tick, 5);
   };
@@ -465,7 +475,7 @@ _WATCH_JS = """(panel) => {
 }"""
 
 
-CONTROLS = ".widget-hslider, .widget-dropdown, .widget-text"
+CONTROLS = ".widget-hslider, .widget-dropdown, .widget-text, .widget-toggle-buttons"
 
 
 def control_value(control) -> str:
@@ -475,6 +485,8 @@ def control_value(control) -> str:
         return control.locator(".widget-readout").first.inner_text()
     if "widget-dropdown" in kind:
         return control.locator("select").evaluate("s => s.options[s.selectedIndex].text")
+    if "widget-toggle-buttons" in kind:
+        return control.locator("button.mod-active").inner_text()
     return control.locator("input").input_value()
 
 
@@ -502,6 +514,14 @@ def move_control(panel, step: int = 1, which: int = 0) -> str:
         pick = options[i if 0 <= i < len(options) else options.index(current) - step]
         select.select_option(label=pick)
         return f"dropdown {label!r} {current} → {pick}"
+    if "widget-toggle-buttons" in kind:
+        buttons = first.locator("button")
+        texts = buttons.all_inner_texts()
+        current = first.locator("button.mod-active").inner_text()
+        i = texts.index(current) + step
+        i = i if 0 <= i < len(texts) else texts.index(current) - step
+        buttons.nth(i).click()
+        return f"toggle {label!r} {current} → {texts[i]}"
     box = first.locator("input")
     old = box.input_value()
     new = repr(float(old or 0) * 2 + 1 if step > 0 else float(old or 0) / 2)
@@ -510,23 +530,27 @@ def move_control(panel, step: int = 1, which: int = 0) -> str:
     return f"box {label!r} {old} → {new}"
 
 
-def move_and_watch(page, panel, timeout: float, step: int = 1) -> dict:
-    """Move the panel's first control; wait for its figure to change, an error, or the timeout.
-    Returns {'title', 'action', 'changed_ms', 'progress_ms', 'error'} (times from the input event, in the browser)."""
+def move_and_watch(page, panel, timeout: float, step: int = 1, which: int = 0) -> dict:
+    """Move one of the panel's controls (the first unless `which` says); wait for its figure to change, the panel to
+    draw the same figure again, an error, or the timeout. Returns {'title', 'action', 'changed_ms', 'redrawn_ms',
+    'progress_ms', 'error'} (times from the input event, in the browser)."""
     panel.scroll_into_view_if_needed()
     title = panel.locator(".widget-html").first.inner_text().strip().split("\n")[0]
     if not panel.evaluate(_WATCH_JS):
         return {"title": title, "action": None, "changed_ms": None, "progress_ms": None,
                 "error": "the panel has no plotly figure"}
-    action = move_control(panel, step)
+    action = move_control(panel, step, which)
     deadline = time.monotonic() + timeout
     while True:
         w = panel.evaluate("p => p.__labWatch")
-        if w["changed"] is not None or w["error"] or time.monotonic() > deadline:
+        settled = w["redrawn"] is not None and panel.evaluate("p => p.__labWatch.t0 === null || "
+                                                              "performance.now() - p.__labWatch.t0 - "
+                                                              "p.__labWatch.redrawn > 1000")
+        if w["changed"] is not None or w["error"] or settled or time.monotonic() > deadline:
             break
         time.sleep(0.05)
-    return {"title": title, "action": action, "changed_ms": w["changed"], "progress_ms": w["progress"],
-            "error": w["error"]}
+    return {"title": title, "action": action, "changed_ms": w["changed"], "redrawn_ms": w["redrawn"],
+            "progress_ms": w["progress"], "error": w["error"]}
 
 
 _SIGNATURE_JS = """(panel) => { const gd = panel.querySelector('.js-plotly-plot'); if (!gd) return null;
@@ -547,40 +571,51 @@ def ranks_running(marker: str) -> list[str]:
     return [p for p in leftovers(marker) if "torch.distributed.run" in p or "labtools.parallel" in p]
 
 
-def stop_runs(page, lab, notebook: str, timeout: float = 60) -> list[dict]:
+def start_and_stop(page, lab, notebook: str, panel, which: int, step: int, how: str = "Cancel",
+                   timeout: float = 60) -> dict:
+    """Move one control of a panel that trains or launches and, once its run is going (Cancel enabled, a progress
+    bar, a second more), stop it with Cancel or the kernel's Interrupt. Returns whether the run started, the panel
+    said "cancelled", the control went back, the figure stayed, the Cancel button went off, and what was left of
+    the run. A setting the panel has run before draws at once: then "started" is False and "redrawn" True."""
+    button = panel.locator("button", has_text="Cancel")
+    control = panel.locator(CONTROLS).nth(which)
+    figure, value = panel.evaluate(_SIGNATURE_JS), control_value(control)
+    draws = panel.evaluate("p => p.querySelector('[data-draw]')?.dataset.draw")
+    seen = {"how": how, "action": move_control(panel, step, which=which), "started": False, "cancelled": False,
+            "redrawn": False}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not (seen["started"] or seen["redrawn"]):
+        seen["started"] = button.is_enabled() and panel.locator(".widget-output .widget-hprogress").count() > 0
+        now = panel.evaluate("p => p.querySelector('[data-draw]')?.dataset.draw")
+        seen["redrawn"] = now is not None and now != draws
+        time.sleep(0.05)
+    if not seen["started"]:
+        return seen
+    time.sleep(1.0)  # well into the run: its steps going, or its ranks starting
+    if how == "Cancel":
+        button.click()
+    else:
+        interrupt_kernel(lab, notebook)
+    while time.monotonic() < deadline and not seen["cancelled"]:
+        seen["cancelled"] = panel.locator(".lab-panel-cancelled").count() > 0
+        time.sleep(0.05)
+    seen["control_back"] = control_value(control) == value
+    seen["figure_same"] = panel.evaluate(_SIGNATURE_JS) == figure
+    seen["button_off"] = not button.is_enabled()
+    seen["left"] = ranks_running(lab.marker)
+    page.wait_for_timeout(300)
+    panel.evaluate("p => p.querySelector('.lab-panel-cancelled')?.remove()")  # the next stop must say so anew
+    return seen
+
+
+def stop_runs(page, lab, notebook: str) -> list[dict]:
     """In the first panel with a Cancel button, start a run it has not made (its last control, up) and stop it,
-    twice: with Cancel, then with the kernel's Interrupt. For each: whether the run started (Cancel enabled, a
-    progress bar), the panel said "cancelled", the control went back, the figure stayed, and what was left."""
+    twice: with Cancel, then with the kernel's Interrupt (start_and_stop)."""
     panel = page.locator(".lab-panel").filter(has=page.locator("button", has_text="Cancel")).first
     if not panel.count():
         return [{"how": None, "error": "no panel with a Cancel button"}]
     panel.scroll_into_view_if_needed()
-    button = panel.locator("button", has_text="Cancel")
-    control = panel.locator(CONTROLS).last
-    out = []
-    for how in ("Cancel", "Interrupt"):
-        figure, value = panel.evaluate(_SIGNATURE_JS), control_value(control)
-        seen = {"how": how, "action": move_control(panel, 1, which=-1), "started": False, "cancelled": False}
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not seen["started"]:
-            seen["started"] = button.is_enabled() and panel.locator(".widget-output .widget-hprogress").count() > 0
-            time.sleep(0.05)
-        time.sleep(1.0)  # well into the run: its steps going, or its ranks starting
-        if how == "Cancel":
-            button.click()
-        else:
-            interrupt_kernel(lab, notebook)
-        while time.monotonic() < deadline and not seen["cancelled"]:
-            seen["cancelled"] = panel.locator(".lab-panel-cancelled").count() > 0
-            time.sleep(0.05)
-        seen["control_back"] = control_value(control) == value
-        seen["figure_same"] = panel.evaluate(_SIGNATURE_JS) == figure
-        seen["button_off"] = not button.is_enabled()
-        seen["left"] = ranks_running(lab.marker)
-        out.append(seen)
-        page.wait_for_timeout(300)
-        panel.evaluate("p => p.querySelector('.lab-panel-cancelled')?.remove()")  # the next stop must say so anew
-    return out
+    return [start_and_stop(page, lab, notebook, panel, -1, 1, how) for how in ("Cancel", "Interrupt")]
 
 
 def ensure_browser() -> str:

@@ -1,4 +1,4 @@
-"""Every lesson as its readers meet it: JupyterLab in a real (headless) Chromium, Run All, then one control of
+"""Every lesson as its readers meet it: JupyterLab in a real (headless) Chromium, Run All, then every control of
 every panel moved and its figure seen to change.
 
 This is also where `make test` executes the notebooks (PROFILE="smoke"): the notebook JupyterLab saved is read
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from jupyter_browser import (KERNELSPEC, Browser, JupyterLab, cell_errors, close_notebook, figure_layout_problems,
-                             fill_exercise, leftovers, move_and_watch, open_notebook, page_problems, panels, run_all,
-                             save, smoke_copy, stop_runs)
+from jupyter_browser import (KERNELSPEC, Browser, JupyterLab, cell_errors, close_notebook, controls,
+                             figure_layout_problems, fill_exercise, leftovers, move_and_watch, open_notebook,
+                             page_problems, panels, run_all, save, smoke_copy, start_and_stop, stop_runs)
 from test_prose import FRAMED, problems
 
 from labtools.claims import KINDS, read_ledgers
@@ -37,6 +37,7 @@ WAIT_TIMEOUT_S = 1800
 ARTIFACTS = ROOT / "build" / "browser"
 RUN_TIMEOUT_S = 300   # a smoke notebook takes about a minute; this only bounds a hang
 PANEL_TIMEOUT_S = 120  # training panels run one small training; formula panels answer in well under a second
+FORMULA_TIMEOUT_S = 20
 EXERCISE_TIMEOUT_S = 120
 # The lessons whose exercise the browser fills in, with the module that holds its solution (solution_source()).
 EXERCISES = {"00_training_loop": "lessons.training_loop.adamw_exercise",
@@ -119,19 +120,30 @@ def drive(server: JupyterLab, page, name: str, screenshot: bool = True) -> dict:
         seen["figures"] = page.locator(".js-plotly-plot").count()
         seen["layout"] = figure_layout_problems(page)
         stage("check")
-        # down rather than up: a panel that trains then trains something smaller (fewer layers, ranks, steps)
-        seen["panels"] = [move_and_watch(page, p, PANEL_TIMEOUT_S, step=-1) for p in panels(page)]
+        if seen["lesson"] in STOPPED:  # first, from the panel's own settings
+            seen["stops"] = stop_runs(page, server, name)
+            stage("cancel")
+        # every control of every panel, one after another, each down rather than up: a panel that trains then
+        # trains something smaller (fewer layers, ranks, steps). In a panel that trains, the first control's run
+        # is watched to its figure; each other control's run is started and cancelled (the control is wired, at a
+        # second's cost instead of a run's).
+        seen["panels"], seen["started"] = [], []
+        for p in panels(page):
+            p.scroll_into_view_if_needed()
+            for i in range(controls(p)):
+                if trains(p) and i > 0:
+                    seen["started"].append(start_and_stop(page, server, name, p, i, -1))
+                else:
+                    seen["panels"].append(move_and_watch(page, p, PANEL_TIMEOUT_S if trains(p) else
+                                                         FORMULA_TIMEOUT_S, step=-1, which=i))
         stage("panels")
         if seen["lesson"] in EXERCISES:
             seen["exercise"] = fill_exercise(page, solution(seen["lesson"]), EXERCISE_TIMEOUT_S)
             stage("exercise")
-        if seen["lesson"] in STOPPED:
-            seen["stops"] = stop_runs(page, server, name)
-            stage("cancel")
         if os.environ.get(SCREENSHOT_ENV) and seen["lesson"] == SCREENSHOT_LESSON:
             photograph(page, Path(os.environ[SCREENSHOT_ENV]))
-        failed = seen["errors"] or seen["problems"] or seen["layout"] or any(p["error"] or p["changed_ms"] is None
-                                                           for p in seen["panels"])
+        failed = seen["errors"] or seen["problems"] or seen["layout"] or any(
+            p["error"] or (p["changed_ms"] is None and p["redrawn_ms"] is None) for p in seen["panels"])
         if failed and screenshot:
             shoot(page, seen["lesson"])
         return seen
@@ -168,6 +180,11 @@ def cell_seconds(nb) -> list[list]:
     return out
 
 
+def trains(panel) -> bool:
+    """A panel that trains or launches (it has a Cancel button): moving a control may take a whole run."""
+    return panel.locator("button", has_text="Cancel").count() > 0
+
+
 def shoot(page, lesson: str) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{lesson}.png"), full_page=True)
@@ -187,7 +204,8 @@ def test_lesson_runs_in_jupyterlab_and_its_panels_respond(path, lab, record_prop
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / f"{lesson}.json").write_text(json.dumps(
         {"stages_s": seen["stages_s"], "cells_s": cell_seconds(seen["saved"]), "panels": seen["panels"],
-         "stops": seen.get("stops"), "layout": seen.get("layout")}, indent=1))
+         "stops": seen.get("stops"), "layout": seen.get("layout"),
+         "started": seen.get("started")}, indent=1))
 
     assert not seen["errors"], f"{lesson}: a cell failed in the browser: {seen['errors'][0]}"
     unrun = [i for i, p in enumerate(run["prompts"]) if "[ ]" in p or "*" in p]
@@ -212,16 +230,23 @@ def test_lesson_runs_in_jupyterlab_and_its_panels_respond(path, lab, record_prop
     if lesson in EXERCISES:
         assert "✓" in seen["exercise"], f"{lesson}: the exercise, filled in with its solution, printed " \
                                         f"{seen['exercise']!r}"
+    for stop in seen["started"]:  # the other controls of a panel that trains: wired, and stopped cleanly
+        assert stop["redrawn"] or (stop["started"] and stop["cancelled"] and stop["control_back"]
+                                   and stop["figure_same"] and not stop["left"]), f"{lesson}: {stop}"
     for stop in seen.get("stops", []):
         assert stop.get("how") and stop["started"], f"{lesson}: no run to stop: {stop}"
         assert stop["cancelled"] and stop["button_off"], f"{lesson}: {stop['how']} did not say 'cancelled': {stop}"
         assert stop["control_back"] and stop["figure_same"], \
             f"{lesson}: after {stop['how']}, the control and the figure disagree: {stop}"
         assert not stop["left"], f"{lesson}: after {stop['how']}, processes of the run are left: {stop['left']}"
+    firsts = {}
     for p in seen["panels"]:
         assert not p["error"], f"{lesson}: panel {p['title']!r} failed after {p['action']}: {p['error']}"
-        assert p["changed_ms"] is not None, \
-            f"{lesson}: panel {p['title']!r}: {p['action']}, but its figure did not change in {PANEL_TIMEOUT_S} s"
+        assert p["changed_ms"] is not None or p["redrawn_ms"] is not None, \
+            f"{lesson}: panel {p['title']!r}: {p['action']}, but it did not draw again"
+        firsts.setdefault(p["title"], p)
+    for title, p in firsts.items():  # a panel's first control, from its starting values, changes what it shows
+        assert p["changed_ms"] is not None, f"{lesson}: panel {title!r}: {p['action']}, but its figure stayed the same"
 
 
 PLANTED = [
