@@ -86,6 +86,8 @@ class Panel:
         self._quiet = False                # the panel is putting its controls back: not a change to draw
         for control in self.controls.values():
             control.observe(self._on_change, names="value")
+            if hasattr(control.style, "description_width") and not control.style.description_width:
+                control.style.description_width = "initial"  # the whole label, never "checkpoin…"
 
     def values(self) -> dict:
         return {name: control.value for name, control in self.controls.items()}

@@ -346,6 +346,10 @@ _LAYOUT_JS = """() => {
     }
     return vals.length ? [Math.min(...vals), Math.max(...vals)] : null;
   };
+  document.querySelectorAll('.lab-panel .widget-label').forEach(l => {
+    if (l.offsetParent !== null && l.scrollWidth > l.clientWidth + 1)
+      out.push(`a control's label is cut: '${l.innerText}' shows ${l.clientWidth} of its ${l.scrollWidth} px`);
+  });
   document.querySelectorAll('.js-plotly-plot').forEach((gd, i) => {
     const t = gd.layout && gd.layout.title;
     const label = String((t && (t.text || (typeof t === 'string' && t))) || `figure ${i + 1}`)
@@ -391,7 +395,8 @@ _WIDER_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].some(gd =
 
 def figure_layout_problems(page, widths: tuple[int, ...] = (1400, 1024)) -> list[str]:
     """At each window width: figures wider than their output area, legends over titles, titles cut at the
-    figure's edge, notes (annotations) placed outside their axis's range. The window is left at the first width."""
+    figure's edge, notes (annotations) placed outside their axis's range, panel controls whose label is cut. The
+    window is left at the first width."""
     found = []
     height = page.viewport_size["height"]
     for width in widths:
@@ -437,6 +442,11 @@ def panels(page) -> list:
 def controls(panel) -> int:
     """How many controls a panel has (sliders, dropdowns, boxes, toggle buttons)."""
     return panel.locator(CONTROLS).count()
+
+
+def shown(panel, which: int) -> bool:
+    """Whether the panel shows that control now (a panel may hide one that does not apply)."""
+    return panel.locator(CONTROLS).nth(which).is_visible()
 
 
 # Installed on a panel before its control moves: the first input event starts the clock; then, every 5 ms,

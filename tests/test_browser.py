@@ -22,7 +22,8 @@ import nbformat
 import pytest
 from jupyter_browser import (KERNELSPEC, Browser, JupyterLab, cell_errors, close_notebook, controls,
                              figure_layout_problems, fill_exercise, leftovers, move_and_watch, open_notebook,
-                             page_problems, panels, run_all, save, smoke_copy, start_and_stop, stop_runs)
+                             page_problems, panels, run_all, save, shown, smoke_copy, start_and_stop,
+                             stop_runs)
 from test_prose import FRAMED, problems
 
 from labtools.claims import KINDS, read_ledgers
@@ -131,6 +132,8 @@ def drive(server: JupyterLab, page, name: str, screenshot: bool = True) -> dict:
         for p in panels(page):
             p.scroll_into_view_if_needed()
             for i in range(controls(p)):
+                if not shown(p, i):  # hidden where it does not apply (09's v under GPipe and 1F1B)
+                    continue
                 if trains(p) and i > 0:
                     seen["started"].append(start_and_stop(page, server, name, p, i, -1))
                 else:
@@ -253,7 +256,9 @@ PLANTED = [
     "from labtools.widgets import Panel, slider\nimport plotly.graph_objects as go\n",
     "def draw(k):\n    if k != 3:\n        raise RuntimeError(f'planted failure at k={k}')\n"
     "    return go.Figure(go.Scatter(y=[k, 1]))\n"
-    "Panel(draw, {'k': slider(3, 1, 5, description='k')}, debounce_ms=0, title='Broken on purpose').show()",
+    "k = slider(3, 1, 5, description='k, a label far too long for its box')\n"
+    "k.style.description_width = '60px'  # cut, on purpose\n"
+    "Panel(draw, {'k': k}, debounce_ms=0, title='Broken on purpose').show()",
     "go.Figure([go.Scatter(x=[1, 10], y=[1, 2], name='a'), go.Scatter(x=[1, 10], y=[2, 1], name='b')], layout=dict(\n"
     "    width=1600, title='Planted: too wide, legend over the title', xaxis_type='log',\n"
     "    legend=dict(orientation='h', x=0.05, y=1.0, yanchor='bottom', font_size=30),\n"
@@ -301,6 +306,7 @@ def test_the_harness_reports_a_failing_cell_and_a_failing_panel(lab):
         assert any("px wide in a" in p for p in planted), seen["layout"]
         assert any("legend covers its title" in p for p in planted), seen["layout"]
         assert any("'off its axis'" in p and "far outside the data" in p for p in planted), seen["layout"]
+        assert any(p.startswith(f"at {width} px: a control's label is cut: 'k, a label far") for p in seen["layout"])
     (panel,) = seen["panels"]
     assert panel["title"] == "Broken on purpose"
     assert panel["error"] and "planted failure at k=2" in panel["error"], panel

@@ -177,3 +177,17 @@ def test_zbv_runs_torchs_list_on_two_ranks_and_the_claims_can_fail():
     claims = {c.key: c for c in ledger.claims}
     assert not claims["zbv_idle_computed"].passed  # a list that idles like GPipe is no zero-bubble schedule
     assert not claims["torch_lists_ran"].passed  # the ranks did not run that list
+
+
+def test_the_schedule_panel_shows_v_only_where_it_applies_and_says_when_it_moved_m():
+    from lessons import pipeline_parallel as lesson
+    from lessons.pipeline_parallel import schedule
+    panel = schedule.panel(lesson.settings("smoke"))
+    assert panel.controls["schedule"].value == "1f1b" and panel.controls["v"].layout.display == "none"
+    panel.controls["schedule"].value = "interleaved"
+    assert panel.controls["v"].layout.display == ""
+    panel.controls["p"].value, panel.controls["m"].value = 4, 5
+    title = panel.figure.layout.title.text.replace("<br>", " ")
+    assert "m = 4 (you chose 5: interleaving needs m a multiple of p)" in title, title  # the nearest multiple
+    panel.controls["m"].value = 8
+    assert "you chose" not in panel.figure.layout.title.text
