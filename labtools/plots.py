@@ -62,6 +62,14 @@ def wrap_title(title: str, width: int = TITLE_CHARS) -> str:
     return "<br>".join(lines)
 
 
+LINE_PX = 22  # the height one more line of a wrapped title takes
+
+
+def title_room(title: str) -> int:
+    """The extra pixels of top margin (and height) a wrapped title's lines past the first need."""
+    return LINE_PX * title.count("<br>")
+
+
 def style(fig: go.Figure, title: str | None = None, xaxis: str | None = None, yaxis: str | None = None, *,
           height: int = 380, legend: str | dict = "below", **layout) -> go.Figure:
     """Apply the lab's look: template, margins, height, legend placement ("below", "right", "top", or a plotly
@@ -73,10 +81,9 @@ def style(fig: go.Figure, title: str | None = None, xaxis: str | None = None, ya
               legend=LEGENDS[legend] if isinstance(legend, str) else legend)
     if title is not None:
         title = wrap_title(title)
-        extra = title.count("<br>")
         kw["title"] = title
-        kw["margin"]["t"] += 22 * extra
-        kw["height"] = height + 22 * extra
+        kw["margin"]["t"] += title_room(title)
+        kw["height"] = height + title_room(title)
     if xaxis is not None:
         kw["xaxis_title"] = xaxis
     if yaxis is not None:
@@ -91,7 +98,7 @@ def subplots(rows: int, cols: int, titles: Sequence[str] = (), *, title: str | N
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles) or None, **kw)
     style(fig, title, height=height, legend=legend)
     if title and titles:  # room for the figure's title above the subplots' own
-        extra = 22 * fig.layout.title.text.count("<br>")
+        extra = title_room(fig.layout.title.text)
         fig.update_layout(margin_t=90 + extra, height=height + 40 + extra)
     return fig
 
@@ -172,7 +179,7 @@ def table(header: Sequence[str], rows: Sequence[Sequence], *, title: str = "", r
     fig = go.Figure(go.Table(header=dict(values=list(header), align="left", fill_color="#eef"),
                              cells=dict(values=cols, align="left", height=row_height)))
     title = wrap_title(title)
-    extra = 22 * title.count("<br>")
+    extra = title_room(title)
     fig.update_layout(template=TEMPLATE, title=title, margin=dict(l=10, r=10, t=(40 if title else 10) + extra, b=10),
                       height=(70 if title else 30) + extra + row_height * (len(rows) + 1) + 20)
     return fig

@@ -79,7 +79,7 @@ def figure(state: list[list], title: str) -> go.Figure:
                                hovertemplate="%{y}, %{x}: holds the sum of ranks %{text}<extra></extra>"))
     fig.update_yaxes(autorange="reversed")
     title = plots.wrap_title(title)
-    extra = 22 * title.count("<br>")
+    extra = plots.title_room(title)
     fig.update_layout(title=title, height=120 + extra + 48 * n, margin=dict(l=70, r=20, t=60 + extra, b=40))
     return fig
 

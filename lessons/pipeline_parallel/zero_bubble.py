@@ -90,10 +90,10 @@ def findings(ledger: Ledger, S: Settings, results: dict[int, dict]) -> Findings:
         return Findings(["This run timed no zero-bubble schedule (`zero_bubble=False`)."])
     p = max(zb)
     run, m = zb[p], zb[p]["m"]
-    sim = idle_fraction(simulate(listed(run), 1.0, 2.0, v=2))
     plain = bubble_fraction(p, m)
     meas = {q: decompose(r["intervals"])["bubble"] for q, r in zb.items()}
-    sims = {q: idle_fraction(simulate(listed(r), 1.0, 2.0, v=2)) for q, r in zb.items()}
+    sims = {q: idle_fraction(simulate(listed(r), 1.0, 2.0, v=2)) for q, r in zb.items()}  # F = I = W
+    sim = sims[p]
     ledger.add("zbv_idle_computed", f"p = {p}, m = {m}: torch's ZBV list, played with F = I = W, idles less than "
                f"half of 1F1B's (p−1)/(m+p−1) = {plain:.1%} (the split backward fills the bubble with W)", sim,
                at_most(plain / 2), kind="computed")
