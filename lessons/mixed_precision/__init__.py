@@ -35,9 +35,9 @@ class Settings(LabConfig):
 
 PROFILES = {
     # smoke keeps the reduced-precision runs small: a CPU without bf16/fp16 units emulates those products
-    "smoke": Settings(profile="smoke", n_layer=2, n_embd=64, block_size=32, batch_size=16, scaling_steps=50,
+    "smoke": Settings(profile="smoke", n_layer=2, n_embd=64, block_size=32, batch_size=16, scaling_steps=30,
                       shrink_exp=16,
-                      growth_interval=5, master_steps=64, master_lr=1e-3, speed_steps=3, matmul_size=512),
+                      growth_interval=2, master_steps=40, master_lr=1e-3, speed_steps=3, matmul_size=512),
     "cpu": Settings(profile="cpu", n_layer=2, n_embd=64, block_size=64, batch_size=16, scaling_steps=300, shrink_exp=16,
                     growth_interval=10, master_steps=400, master_lr=1e-3, speed_steps=10),
     "gpu": Settings(profile="gpu", n_layer=6, n_embd=384, block_size=256, batch_size=64, scaling_steps=1000,

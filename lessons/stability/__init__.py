@@ -39,7 +39,7 @@ class Settings(LabConfig):
 
 PROFILES = {
     "smoke": Settings(profile="smoke", n_layer=2, n_embd=64, block_size=64, batch_size=16, clip_steps=100, n_bad=5,
-                      adamw_lr=1e-2, sgd_lr=0.3, accum_k=4, accum_steps=60),
+                      adamw_lr=1e-2, sgd_lr=0.3, accum_k=4, accum_steps=40),
     "cpu": Settings(profile="cpu", n_layer=2, n_embd=64, block_size=64, batch_size=16, clip_steps=400, n_bad=5,
                     adamw_lr=1e-2, sgd_lr=0.3, accum_k=4, accum_steps=300),
     "gpu": Settings(profile="gpu", n_layer=6, n_embd=384, block_size=256, batch_size=64, clip_steps=2000, n_bad=5,

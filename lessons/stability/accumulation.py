@@ -40,7 +40,7 @@ def accum_run(S: Settings, optimizer: str, lr: float, normalize: bool, clip: flo
     cfg = TrainConfig(steps=S.accum_steps, batch_size=S.batch_size // S.accum_k, block_size=S.block_size,
                       accum_steps=S.accum_k, accum_normalize=normalize, grad_clip=clip,
                       lr_schedule=bind(warmup_cosine, warmup=S.accum_steps // 10, total=S.accum_steps, min_ratio=0.1),
-                      eval_every=max(1, S.accum_steps // 10), eval_batches=10, seed=S.seed,
+                      eval_every=max(1, S.accum_steps // 5), eval_batches=10, seed=S.seed,
                       desc=f"{optimizer} lr={lr:g} {'mean' if normalize else 'SUM'} clip={clip}")
     return train(model, text, cfg, optimizer=opt)
 

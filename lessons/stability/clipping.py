@@ -70,7 +70,7 @@ def clip_run(S: Settings, optimizer: str, clip: float | None, inject: bool) -> H
 
     cfg = TrainConfig(steps=S.clip_steps, batch_size=S.batch_size, block_size=S.block_size, grad_clip=clip,
                       lr_schedule=bind(warmup_cosine, warmup=S.clip_steps // 10, total=S.clip_steps, min_ratio=0.1),
-                      eval_every=max(1, S.clip_steps // 25), eval_batches=8, seed=S.seed,
+                      eval_every=max(1, S.clip_steps // 20), eval_batches=5, seed=S.seed,
                       desc=f"{optimizer} clip={clip} {'bad batches' if inject else 'clean'}")
     return train(model, text, cfg, optimizer=opt, batch_fn=batch_fn)
 
