@@ -6,7 +6,8 @@ processes of one thread each train faster together than one process of two threa
 loopback interface's byte counters, to which the unit tests' gloo launches would add: the browser test holds
 them back until the unit tests have finished (LABTOOLS_WAIT_FOR, tests/test_browser.py), and runs them last.
 The unit tests run at a lower priority (nice 10): they finish long before the browser tests either way, so the
-CPU they would take from the lessons only lengthens the whole run.
+CPU they would take from the lessons only lengthens the whole run. For the same reason the book's test (one lesson
+rendered by papermill and opened in Chromium; marked book) runs in the unit tests' lane, not the browser's.
 
 The unit tests' output goes to build/test-units.log and is printed after the browser tests' own. The exit status
 is non-zero if either failed. Ctrl-C or SIGTERM stops both (each pytest tears its fixtures down: no process and no
@@ -35,7 +36,7 @@ def main(argv: list[str]) -> int:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     pytest = [sys.executable, "-m", "pytest", *argv]
     with open(log_path, "w") as log:
-        units = subprocess.Popen(pytest + ["-m", "not browser"], cwd=ROOT, env=env, stdout=log,
+        units = subprocess.Popen(pytest + ["-m", "not browser or book"], cwd=ROOT, env=env, stdout=log,
                                  stderr=subprocess.STDOUT, preexec_fn=lambda: os.nice(UNITS_NICE))
 
         def mark_done():
@@ -44,7 +45,7 @@ def main(argv: list[str]) -> int:
 
         waiter = threading.Thread(target=mark_done, daemon=True)
         waiter.start()
-        browser = subprocess.Popen(pytest + ["-m", "browser"], cwd=ROOT, env=dict(env, **{WAIT_ENV: str(done)}))
+        browser = subprocess.Popen(pytest + ["-m", "browser and not book"], cwd=ROOT, env=dict(env, **{WAIT_ENV: str(done)}))
         children = (units, browser)
 
         def stop(signum, frame):

@@ -11,7 +11,7 @@ from jupyter_browser import Browser, leftovers
 
 from labtools import book
 
-pytestmark = [pytest.mark.notebook, pytest.mark.browser]
+pytestmark = [pytest.mark.notebook, pytest.mark.browser, pytest.mark.book]
 LESSON = "06_memory_budget"
 
 
