@@ -45,7 +45,8 @@ def main(argv: list[str]) -> int:
 
         waiter = threading.Thread(target=mark_done, daemon=True)
         waiter.start()
-        browser = subprocess.Popen(pytest + ["-m", "browser and not book"], cwd=ROOT, env=dict(env, **{WAIT_ENV: str(done)}))
+        browser = subprocess.Popen(pytest + ["-m", "browser and not book"], cwd=ROOT,
+                                   env=dict(env, **{WAIT_ENV: str(done)}))
         children = (units, browser)
 
         def stop(signum, frame):
