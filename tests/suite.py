@@ -17,10 +17,12 @@ run directory is left).
 """
 
 import os
+import resource
 import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,12 +37,22 @@ def main(argv: list[str]) -> int:
     done.unlink(missing_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     pytest = [sys.executable, "-m", "pytest", *argv]
+    # Each lane's wall time and CPU seconds (its processes and all they started and reaped: kernels, Chromium,
+    # ranks), so a slower run says whether the tests did more work or the machine gave them less.
+    start, finished, lock = time.monotonic(), {}, threading.Lock()
+
+    def finish(lane):
+        with lock:
+            r = resource.getrusage(resource.RUSAGE_CHILDREN)
+            finished[lane] = (time.monotonic() - start, r.ru_utime + r.ru_stime)
+
     with open(log_path, "w") as log:
         units = subprocess.Popen(pytest + ["-m", "not browser or book"], cwd=ROOT, env=env, stdout=log,
                                  stderr=subprocess.STDOUT, preexec_fn=lambda: os.nice(UNITS_NICE))
 
         def mark_done():
             units.wait()
+            finish("unit tests")
             done.write_text(str(units.returncode))
 
         waiter = threading.Thread(target=mark_done, daemon=True)
@@ -58,6 +70,7 @@ def main(argv: list[str]) -> int:
         signal.signal(signal.SIGHUP, stop)
         try:
             browser.wait()
+            finish("browser tests")
             units.wait()
         except KeyboardInterrupt:  # the terminal sent SIGINT to the whole group already
             for child in children:
@@ -70,6 +83,10 @@ def main(argv: list[str]) -> int:
     print(f"\n{'=' * 30} unit tests (build/test-units.log) {'=' * 30}", flush=True)
     sys.stdout.write(log_path.read_text())
     print(f"unit tests: exit {units.returncode}; browser tests: exit {browser.returncode}", flush=True)
+    cpu_before = 0.0
+    for lane, (wall, cpu) in sorted(finished.items(), key=lambda kv: kv[1][1]):  # in the order they were reaped
+        print(f"{lane}: {wall:.0f} s, {cpu - cpu_before:.0f} CPU-s", flush=True)
+        cpu_before = cpu
     return 0 if units.returncode == browser.returncode == 0 else 1
 
 
