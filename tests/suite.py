@@ -11,7 +11,7 @@ rendered by papermill and opened in Chromium; marked book) runs in the unit test
 
 The unit tests' output goes to build/test-units.log and is printed after the browser tests' own. The exit status
 is non-zero if either failed. Ctrl-C or SIGTERM stops both (each pytest tears its fixtures down: no process and no
-run directory is left).
+run directory is left). The run ends with each lane's wall time and CPU seconds.
 
     python tests/suite.py [extra pytest arguments for both]
 """

@@ -33,7 +33,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # ranks: tests/suite.py (make test) names a file in LABTOOLS_WAIT_FOR that appears when its unit tests are done.
 LOOPBACK = ("07_data_parallel", "08_fsdp_zero", "09_pipeline_parallel", "10_tensor_parallel", "14_context_parallel",
             "15_mixture_of_experts")
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"), key=lambda p: (p.stem in LOOPBACK, p.stem))
+# Lessons that train little run first, while make test's unit tests (tests/suite.py) keep the other core busy: two
+# lanes that both train slow each other more than a training lane beside a drawing one (lesson 04's loss-scaling
+# cell took 21 s alone and 39 s beside the unit tests).
+LIGHT = ("05_activation_checkpointing", "06_memory_budget", "12_compute_budget", "13_profiling", "16_plan_a_run")
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"),
+                   key=lambda p: (p.stem in LOOPBACK, p.stem not in LIGHT, p.stem))
 WAIT_TIMEOUT_S = 1800
 ARTIFACTS = ROOT / "build" / "browser"
 RUN_TIMEOUT_S = 300   # a smoke notebook takes about a minute; this only bounds a hang
