@@ -457,7 +457,8 @@ _WATCH_JS = """(panel) => {
   const sig = () => { const gd = panel.querySelector('.js-plotly-plot'); if (!gd) return null;
     const l = gd.layout || {}; return JSON.stringify([gd.data, l.title, l.annotations, l.shapes]); };
   const draws = () => { const s = panel.querySelector('[data-draw]'); return s ? s.dataset.draw : null; };
-  const w = {before: sig(), draws: draws(), t0: null, changed: null, redrawn: null, progress: null, error: null};
+  const w = {before: sig(), draws: draws(), t0: null, changed: null, redrawn: null, settled: false, progress: null,
+             error: null};
   panel.__labWatch = w;
   const start = () => { if (w.t0 === null) w.t0 = performance.now(); };
   const events = ['keydown', 'input', 'change', 'click'];
@@ -476,7 +477,7 @@ _WATCH_JS = """(panel) => {
       if (s !== null && s !== w.before) { w.changed = now; return stop(); }
       const d = draws();  // null while a run is going ("running…"): only a finished draw counts
       if (w.redrawn === null && d !== null && d !== w.draws) w.redrawn = now;  // drawn again, the same figure so far
-      if (w.redrawn !== null && now - w.redrawn > 1000) return stop();  // the same figure: it is not coming
+      if (w.redrawn !== null && now - w.redrawn > 1000) { w.settled = true; return stop(); }  // the same figure
     }
     setTimeout(tick, 5);
   };
@@ -553,10 +554,7 @@ def move_and_watch(page, panel, timeout: float, step: int = 1, which: int = 0) -
     deadline = time.monotonic() + timeout
     while True:
         w = panel.evaluate("p => p.__labWatch")
-        settled = w["redrawn"] is not None and panel.evaluate("p => p.__labWatch.t0 === null || "
-                                                              "performance.now() - p.__labWatch.t0 - "
-                                                              "p.__labWatch.redrawn > 1000")
-        if w["changed"] is not None or w["error"] or settled or time.monotonic() > deadline:
+        if w["changed"] is not None or w["error"] or w["settled"] or time.monotonic() > deadline:
             break
         time.sleep(0.05)
     return {"title": title, "action": action, "changed_ms": w["changed"], "redrawn_ms": w["redrawn"],

@@ -33,13 +33,12 @@ def panel(S: Settings) -> Panel:
             m = p * max(1, round(m / p))  # interleaving needs m a multiple of p: the nearest one, said in the title
         return grid_figure(schedule, p, m, v, asked_m=asked)
 
-    style = {"description_width": "initial"}
     controls = {
         "schedule": W.Dropdown(options=[(str(s), s) for s in SCHEDULES], value=Schedule.ONE_F_ONE_B,
                                description="schedule"),
-        "p": W.IntSlider(value=max(S.worlds), min=2, max=8, description="stages p", style=style),
-        "m": W.IntSlider(value=S.m, min=1, max=max(32, S.m), description="micro-batches m", style=style),
-        "v": W.IntSlider(value=S.v, min=2, max=max(4, S.v), description="chunks per rank v (interleaved)", style=style),
+        "p": W.IntSlider(value=max(S.worlds), min=2, max=8, description="stages p"),
+        "m": W.IntSlider(value=S.m, min=1, max=max(32, S.m), description="micro-batches m"),
+        "v": W.IntSlider(value=S.v, min=2, max=max(4, S.v), description="chunks per rank v (interleaved)"),
     }
 
     def show_v(change=None):
