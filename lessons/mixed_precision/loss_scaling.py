@@ -99,14 +99,16 @@ def run(S: Settings) -> dict[Recipe, History]:
     }
     # Runs whose outcome is fixed from the first step (every gradient flushed, every step skipped, every bit the
     # same as bf16's) show it in SHORT_RUN steps; the claims read only the first and last validation estimates,
-    # so four estimates per run draw the curves (each costs ten forward passes; emulated on CPUs without fp16).
+    # so four estimates per run draw the curves (each costs S.eval_batches forward passes, emulated on CPUs without
+    # fp16).
     short = {Recipe.BF16_GRADSCALER, Recipe.FP16_NO_SCALER, Recipe.FP16_STATIC_HIGH}
     out = {}
     for recipe, (precision, scaler, shrink) in configs.items():
         model = SmallGradients(build(S), 2.0**-shrink)
         steps = min(S.scaling_steps, SHORT_RUN) if recipe in short else S.scaling_steps
         cfg = TrainConfig(steps=steps, batch_size=S.batch_size, block_size=S.block_size, lr=3e-3,
-                          precision=precision, eval_every=max(1, steps // 3), seed=S.seed, desc=recipe.label(k))
+                          precision=precision, eval_every=max(1, steps // 3), eval_batches=S.eval_batches,
+                          seed=S.seed, desc=recipe.label(k))
         out[recipe] = train(model, corpus(), cfg, scaler=scaler, callback=_zero_grad_probe)
     return out
 

@@ -45,7 +45,8 @@ def run(S: Settings) -> dict[str, History]:
         cfg = TrainConfig(steps=S.master_steps, batch_size=S.batch_size, block_size=S.block_size, lr=S.master_lr,
                           precision="bf16" if name.startswith("fp32") else "fp32",
                           lr_schedule=bind(warmup_cosine, warmup=S.master_steps // 10, total=S.master_steps,
-                                           min_ratio=0.1), eval_every=max(1, S.master_steps // 5), seed=S.seed,
+                                           min_ratio=0.1), eval_every=max(1, S.master_steps // 5),
+                          eval_batches=S.eval_batches, seed=S.seed,
                           desc=name)
         out[name] = train(model, corpus(), cfg, optimizer=opt, callback=_unchanged_probe())
     return out
