@@ -23,7 +23,6 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from labtools import config
 from labtools.config import LabConfig
@@ -173,6 +172,9 @@ def timed_steps(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
 
 def shard_gpt(model: GPT, mesh, reshard: bool, mp: bool) -> GPT:
     """FSDP2: each block is a unit (its parameters gathered together), then the root (embeddings, head)."""
+    # imported here: FSDP2 loads DTensor's operator table, 0.7 s of a rank's start on a 2-core CPU, which ranks that
+    # neither shard nor wrap a model in DDP (which loads it too) need not pay
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     kw = dict(mesh=mesh, reshard_after_forward=reshard)
     if mp:
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
