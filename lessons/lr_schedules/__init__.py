@@ -30,14 +30,16 @@ class Settings(LabConfig):
     decay_margin: float | None  # what this profile's runs can show: decaying beats constant by at least this;
                                 # None: runs too short to say (the sign changes with the seed)
     warmup_margin: float | None  # ... and warmup beats none by at least this (nats); None: runs too short to say
+    estimates: int = 5      # validation estimates along each run after the one at its start (they draw the curves)
 
     RANGES = {"BUDGET": (50, 1_000_000), "PEAK_LR": (1e-6, 1.0), "WARMUP_LR": (1e-6, 1.0),
-              "WARMUP_STEPS": (50, 1_000_000), "HORIZON": (50, 1_000_000)}
+              "WARMUP_STEPS": (50, 1_000_000), "HORIZON": (50, 1_000_000), "ESTIMATES": (1, 1000)}
 
 
 PROFILES = {
     "smoke": Settings(profile="smoke", n_layer=2, n_embd=64, block_size=64, batch_size=16, budget=180, peak_lr=1e-2,
-                      warmup_lr=3e-2, warmup_steps=150, horizon=180, decay_margin=None, warmup_margin=None),
+                      warmup_lr=3e-2, warmup_steps=150, horizon=180, decay_margin=None, warmup_margin=None,
+                      estimates=3),
     "cpu": Settings(profile="cpu", n_layer=2, n_embd=64, block_size=64, batch_size=16, budget=600, peak_lr=1e-2,
                     warmup_lr=3e-2, warmup_steps=400, horizon=600, decay_margin=0.05, warmup_margin=None),
     "gpu": Settings(profile="gpu", n_layer=6, n_embd=384, block_size=256, batch_size=64, budget=3000, peak_lr=3e-3,
@@ -66,9 +68,10 @@ def train_run(S: Settings, schedule, steps: int, lr: float, *, desc: str, start_
               optimizer=None, callback=None, grad_clip: float | None = 1.0) -> History:
     if model is None:
         model, optimizer = build(S, lr)
-    # Every claim reads final validation losses (20 batches, the same each time); five estimates along a run
-    # draw the curves: evaluation would otherwise cost as much as a third of the run.
+    # Every claim reads final validation losses (20 batches, the same each time); S.estimates along a run draw the
+    # curves (evaluation draws no training batches, so their number leaves every final loss unchanged); more would
+    # cost as much as a third of the run.
     cfg = TrainConfig(steps=steps, batch_size=S.batch_size, block_size=S.block_size, lr=lr, lr_schedule=schedule,
-                      eval_every=max(1, steps // 5), eval_batches=20, seed=S.seed, start_step=start_step,
+                      eval_every=max(1, steps // S.estimates), eval_batches=20, seed=S.seed, start_step=start_step,
                       grad_clip=grad_clip, desc=desc)
     return train(model, corpus(), cfg, optimizer=optimizer, callback=callback)
