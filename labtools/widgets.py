@@ -270,6 +270,10 @@ class RunCache:
             self.store[k] = self.fn(**config)
         return self.store[k]
 
+    def put(self, result: object, **config) -> None:
+        """Keep a result of fn(**config) computed elsewhere (e.g. by a launch that ran it beside its own work)."""
+        self.store[self.key(config)] = result
+
     def __contains__(self, config: Mapping) -> bool:
         return self.key(config) in self.store
 

@@ -1,7 +1,6 @@
 """Section 4 of lesson 07: the panel — world size, accumulation and bucket size → a real DDP launch (cached)."""
 
 import statistics
-from dataclasses import replace
 
 import ipywidgets as W
 import plotly.graph_objects as go
@@ -12,16 +11,18 @@ from labtools.widgets import Panel, RunCache, options_with
 from lessons.data_parallel import TIMEOUT_S, Settings, ranks
 
 
-def ddp_panel(S: Settings) -> tuple[Panel, RunCache]:
+def ddp_panel(S: Settings, acc: list[dict] | None = None) -> tuple[Panel, RunCache]:
     """World size, accumulation and bucket size → a DDP run (a real launch, cached). Starts at the notebook's
-    own accumulation, on the world size of its accumulation run."""
+    own accumulation and bucket size, on the world size of its accumulation run; `acc`, that run's ranks, holds the
+    panel's run of this first setting, so the panel opens without a launch of its own."""
     def run(world, accum_k, bucket_cap_mb):
-        res = launch(ranks.panel_run, world, replace(S, bucket_cap_mb=bucket_cap_mb, accum_k=accum_k,
-                                                 steps=max(5, S.steps // 2)),
+        res = launch(ranks.panel_run, world, ranks.panel_job(S, accum_k, bucket_cap_mb),
                      desc=f"DDP × {world}, k={accum_k}", timeout_s=TIMEOUT_S)
         return res[0]
 
     cache = RunCache(run)
+    if acc is not None:
+        cache.put(acc[0]["panel"], world=len(acc), accum_k=S.accum_k, bucket_cap_mb=S.bucket_cap_mb)
 
     def draw(world, accum_k, bucket_cap_mb):
         r = cache(world=world, accum_k=accum_k, bucket_cap_mb=bucket_cap_mb)
@@ -37,7 +38,8 @@ def ddp_panel(S: Settings) -> tuple[Panel, RunCache]:
                                    description="ranks", continuous_update=False),
         "accum_k": W.SelectionSlider(options=options_with([1, 2, 4, 8], S.accum_k), value=S.accum_k,
                                      description="accumulation", continuous_update=False),
-        "bucket_cap_mb": W.SelectionSlider(options=[0.01, 0.05, 1.0, 25.0], value=25.0, description="bucket MB",
+        "bucket_cap_mb": W.SelectionSlider(options=options_with([0.01, 0.05, 1.0, 25.0], S.bucket_cap_mb),
+                                           value=S.bucket_cap_mb, description="bucket MB",
                                            continuous_update=False),
     }
     return Panel(draw, controls, title="A DDP run of your choice (each new setting launches once)",

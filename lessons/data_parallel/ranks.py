@@ -10,7 +10,7 @@ lesson's Settings; fields left out keep their defaults):
 """
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
@@ -142,7 +142,8 @@ def single_process_losses(job: Settings, world: int, micro_batches: int = 1) -> 
 
 def accumulation(job: Settings) -> dict:
     """Gradient accumulation under DDP: all-reduces per step with and without no_sync(), the gradient with the
-    right and the wrong loss normalisation, and buckets per step for several bucket_cap_mb."""
+    right and the wrong loss normalisation, buckets per step for several bucket_cap_mb, and the panel's run at the
+    job's accumulation and bucket size."""
     N, k = world_size(), job.accum_k
     X, Y = global_batch(job, torch.Generator().manual_seed(job.seed), N * job.batch_size * k)
     micro = [(rank_rows(X, i, k), rank_rows(Y, i, k)) for i in range(k)]
@@ -173,7 +174,14 @@ def accumulation(job: Settings) -> dict:
         buckets[str(cap)] = {"buckets": counter.calls, "bucket_bytes": counter.bucket_bytes}
     out["buckets"] = buckets
     out["grad_bytes"] = sum(g.numel() * g.element_size() for g in ref_grads)
+    # the panel's first setting, run here: the notebook's panel then opens without a launch of its own
+    out["panel"] = panel_run(panel_job(job, job.accum_k, job.bucket_cap_mb))
     return out
+
+
+def panel_job(job: Settings, accum_k: int, bucket_cap_mb: float) -> Settings:
+    """The panel's run of a setting: half the lesson's steps, at least 5."""
+    return replace(job, accum_k=accum_k, bucket_cap_mb=bucket_cap_mb, steps=max(5, job.steps // 2))
 
 
 def panel_run(job: Settings) -> dict:
