@@ -86,6 +86,8 @@ def test_run_cache_runs_once_per_config():
     assert cache(y=2, x=1) == 1  # key order does not matter
     assert cache(x=2, y=2) == 2
     assert len(cache) == 2 and dict(x=1, y=2) in cache and calls == [{"x": 1, "y": 2}, {"x": 2, "y": 2}]
+    cache.put("from a launch", y=3, x=1)  # a result computed elsewhere is served without calling fn
+    assert cache(x=1, y=3) == "from a launch" and len(calls) == 2
 
 
 def test_slider_kinds():
