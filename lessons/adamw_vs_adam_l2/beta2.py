@@ -1,6 +1,9 @@
 """Lesson 01, section 5: β2 = 0.999 against 0.95 when the gradient scale surges."""
 
 import math
+import shutil
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
@@ -30,27 +33,35 @@ def update_rms_probe(info: StepInfo):
     info.log["update_rms"] = math.sqrt(num / n)
 
 
-def run(S: Settings, surge: bool) -> dict[float, History]:
-    """AdamW at a high constant lr (50-step warmup), clipping off, for each β2. With surge=True, every
-    gradient is multiplied by S.surge_factor from the middle step on (a gradient hook)."""
-    runs = {}
-    for beta2 in BETA2S:
-        scale = [1.0]
-        surge_at = S.beta2_steps // 2
+def run(S: Settings) -> tuple[dict[float, History], dict[float, History]]:
+    """AdamW at a high constant lr (50-step warmup), clipping off, for each β2: natural and surged runs, the surged
+    one's every gradient multiplied by S.surge_factor (a gradient hook) from the middle step on.
 
-        def hooks(model):
-            for p in model.parameters():
-                p.register_hook(lambda g: g * scale[0])
+    The two are the same run up to the middle step, so it is trained once and saved there (lesson 11's checkpoint:
+    weights, optimizer state, data position, history), then continued twice from that checkpoint, once as it was
+    and once with the surge: each continues bit for bit as a run from scratch would."""
+    natural, surged = {}, {}
+    at = S.beta2_steps // 2
+    with tempfile.TemporaryDirectory() as tmp:
+        for beta2 in BETA2S:
+            scale = [1.0]
 
-        def callback(info, scale=scale, surge_at=surge_at):
-            update_rms_probe(info)
-            if surge and info.step + 1 == surge_at:
-                scale[0] = S.surge_factor
+            def hooks(model, scale=scale):
+                for p in model.parameters():
+                    p.register_hook(lambda g: g * scale[0])
 
-        runs[beta2] = train_run(S, "AdamW", S.beta2_lr, 0.1, S.beta2_steps, betas=(0.9, beta2), callback=callback,
-                                grad_clip=None, warmup=50, hooks=hooks, evals=10 if surge else 2,  # (natural: final)
-                                desc=f"β2={beta2}{' surge' if surge else ''}")
-    return runs
+            def part(desc, directory, evals=10, **kw):  # the natural run's second half: its final loss only
+                return train_run(S, "AdamW", S.beta2_lr, 0.1, S.beta2_steps, betas=(0.9, beta2),
+                                 callback=update_rms_probe, grad_clip=None, warmup=50, hooks=hooks, evals=evals,
+                                 checkpoint_dir=str(directory), checkpoint_every=at, desc=f"β2={beta2}{desc}", **kw)
+
+            trunk, branch = Path(tmp) / f"{beta2}", Path(tmp) / f"{beta2}_surge"
+            part(" to the surge", trunk, stop_at=at)
+            shutil.copytree(trunk, branch)  # the natural run goes on saving into its own directory
+            natural[beta2] = part("", trunk, evals=2)
+            scale[0] = S.surge_factor
+            surged[beta2] = part(" surge", branch)
+    return natural, surged
 
 
 def spike_stats(h: History) -> dict:

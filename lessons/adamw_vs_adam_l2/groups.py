@@ -60,9 +60,10 @@ def group_probe(every: int):
 
 def train_run(S: Settings, opt_name: str, lr: float, wd: float, steps: int, *, betas=(0.9, 0.95),
               decay_everything: bool = False, callback=None, desc: str = "", grad_clip: float | None = 1.0,
-              warmup: int | None = None, hooks=None, evals: int = 10) -> History:
+              warmup: int | None = None, hooks=None, evals: int = 10, **run_kw) -> History:
     """One training run on the small text corpus with warmup + cosine (or just warmup if warmup is given), with
-    `evals` validation estimates after the one at step 0 (each costs ten forward passes)."""
+    `evals` validation estimates after the one at step 0 (each costs ten forward passes); run_kw go to TrainConfig
+    (checkpoint_dir, stop_at: a run saved part-way and continued)."""
     text = corpus(S)
     model = build_model(S, text.vocab_size)
     if hooks is not None:
@@ -76,7 +77,8 @@ def train_run(S: Settings, opt_name: str, lr: float, wd: float, steps: int, *, b
     else:
         schedule = lambda s: min(1.0, (s + 1) / warmup)  # noqa: E731
     cfg = TrainConfig(steps=steps, batch_size=S.batch_size, block_size=S.block_size, lr=lr, lr_schedule=schedule,
-                      eval_every=max(1, steps // evals), seed=S.seed, grad_clip=grad_clip, desc=desc or opt_name)
+                      eval_every=max(1, steps // evals), seed=S.seed, grad_clip=grad_clip, desc=desc or opt_name,
+                      **run_kw)
     return train(model, text, cfg, optimizer=optimizer, callback=callback)
 
 
