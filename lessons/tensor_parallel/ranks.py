@@ -233,7 +233,11 @@ def single_process(job: Settings) -> dict:
 
 
 def lesson_run(job: Settings) -> dict:
-    """Parity, collectives and memory at this launch's tensor-parallel size, in one launch."""
-    if dist.get_world_size() > 1:
-        return {"parity": parity(job), "comm": comm(job), "memory": memory(job)}
-    return {"memory": memory(job)}
+    """Parity, collectives and memory at this launch's tensor-parallel size, in one launch; with job.dp > 1, then
+    dp × tp training on the same ranks (two_d)."""
+    if dist.get_world_size() == 1:
+        return {"memory": memory(job)}
+    out = {"parity": parity(job), "comm": comm(job), "memory": memory(job)}
+    if job.dp > 1:
+        out["two_d"] = two_d(job)
+    return out
