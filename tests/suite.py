@@ -2,9 +2,10 @@
 
 The browser tests leave most of one core idle (Chromium, the server and a one-thread kernel use ~1.4 of this
 machine's 2 cores), so the unit tests run beside them instead of before them, both at one torch thread (two
-processes of one thread each train faster together than one process of two threads). Lessons 07-10 read the
-loopback interface's byte counters, to which the unit tests' gloo launches would add: the browser test holds
-them back until the unit tests have finished (LABTOOLS_WAIT_FOR, tests/test_browser.py), and runs them last.
+processes of one thread each train faster together than one process of two threads). Lessons 07-10, 14 and 15
+read the loopback interface's byte counters, to which the unit tests' gloo launches would add, and lesson 16 times
+two ranks against a prediction: the browser test holds them back until the unit tests have finished
+(LABTOOLS_WAIT_FOR, tests/test_browser.py), and runs them last.
 The unit tests run at a lower priority (nice 10): they finish long before the browser tests either way, so the
 CPU they would take from the lessons only lengthens the whole run. For the same reason the book's test (one lesson
 rendered by papermill and opened in Chromium; marked book) runs in the unit tests' lane, not the browser's.
