@@ -65,7 +65,9 @@ def build(S: Settings, lr: float) -> tuple[GPT, torch.optim.Optimizer]:
 
 
 def train_run(S: Settings, schedule, steps: int, lr: float, *, desc: str, start_step: int = 0, model=None,
-              optimizer=None, callback=None, grad_clip: float | None = 1.0) -> History:
+              optimizer=None, callback=None, grad_clip: float | None = 1.0, **run_kw) -> History:
+    """A run of this lesson's model on its corpus; run_kw go to TrainConfig (checkpoint_dir, checkpoint_every,
+    stop_at: a run saved part-way and continued)."""
     if model is None:
         model, optimizer = build(S, lr)
     # Every claim reads final validation losses (20 batches, the same each time); S.estimates along a run draw the
@@ -73,5 +75,5 @@ def train_run(S: Settings, schedule, steps: int, lr: float, *, desc: str, start_
     # cost as much as a third of the run.
     cfg = TrainConfig(steps=steps, batch_size=S.batch_size, block_size=S.block_size, lr=lr, lr_schedule=schedule,
                       eval_every=max(1, steps // S.estimates), eval_batches=20, seed=S.seed, start_step=start_step,
-                      grad_clip=grad_clip, desc=desc)
+                      grad_clip=grad_clip, desc=desc, **run_kw)
     return train(model, corpus(), cfg, optimizer=optimizer, callback=callback)

@@ -1,5 +1,9 @@
 """Lesson 02, section 2: the schedules trained on an equal budget of steps."""
 
+import shutil
+import tempfile
+from pathlib import Path
+
 import plotly.graph_objects as go
 
 from labtools import plots
@@ -25,11 +29,27 @@ def cosine_run(S: Settings, total: int, warmup: int) -> History:
 
 
 def run(S: Settings) -> dict[str, History]:
-    """The four schedules, same model, data, peak lr and number of steps (10% warmup, floor 10%, WSD 70% stable)."""
+    """The four schedules, same model, data, peak lr and number of steps (10% warmup, floor 10%, WSD 70% stable).
+
+    Constant and WSD are the same run until WSD's decay starts: it is trained once, saved there (labtools.train's
+    checkpoint: weights, optimizer state, data position, history) and continued twice, each bit for bit what a
+    run from scratch gives."""
     schedules = schedule_set(S.budget, 0.1, 0.1, 0.7 / 0.9, "cosine")
     warmup = schedules["cosine"].keywords["warmup"]
-    return {name: cosine_run(S, S.budget, warmup) if name == "cosine"
-            else train_run(S, f, S.budget, S.peak_lr, desc=name) for name, f in schedules.items()}
+    constant, wsd_name = "constant (after warmup)", next(name for name in schedules if name.startswith("WSD"))
+    fork = warmup + schedules[wsd_name].keywords["stable"]  # the first step at which the two can differ
+    runs = {"cosine": cosine_run(S, S.budget, warmup),
+            "linear": train_run(S, schedules["linear"], S.budget, S.peak_lr, desc="linear")}
+    with tempfile.TemporaryDirectory() as tmp:
+        trunk, branch = Path(tmp) / "constant", Path(tmp) / "wsd"
+        train_run(S, schedules[constant], S.budget, S.peak_lr, desc="constant = WSD until its decay",
+                  checkpoint_dir=str(trunk), checkpoint_every=fork, stop_at=fork)
+        shutil.copytree(trunk, branch)  # the constant run goes on saving into its own directory
+        runs[constant] = train_run(S, schedules[constant], S.budget, S.peak_lr, desc=constant,
+                                   checkpoint_dir=str(trunk), checkpoint_every=fork)
+        runs[wsd_name] = train_run(S, schedules[wsd_name], S.budget, S.peak_lr, desc=wsd_name,
+                                   checkpoint_dir=str(branch), checkpoint_every=fork)
+    return {name: runs[name] for name in schedules}
 
 
 def finals_figure(runs: dict[str, History], title: str) -> go.Figure:
