@@ -1,6 +1,9 @@
 """Lesson 03, section 1: clipping by the global norm (parity with torch) and what it saves against bad batches."""
 
 import math
+import shutil
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
@@ -58,26 +61,46 @@ def bad_batch(S: Settings, text: data.Corpus) -> tuple[torch.Tensor, torch.Tenso
     return X[:, :-1].to(pick_device()), X[:, 1:].to(pick_device())
 
 
-def clip_run(S: Settings, optimizer: str, clip: float | None, inject: bool) -> History:
+def clip_run(S: Settings, optimizer: str, clip: float | None, inject: bool, **run_kw) -> History:
+    """One run of the bad-batch experiment; run_kw go to TrainConfig (checkpoint_dir, checkpoint_every, stop_at)."""
     text = corpus()
     model, opt = build(S, optimizer, S.adamw_lr if optimizer == "AdamW" else S.sgd_lr)
     at = S.clip_steps // 2
-    g = torch.Generator().manual_seed(S.seed)
+    g, drawn = torch.Generator().manual_seed(S.seed), [0]
 
     def batch_fn(step, micro):
-        X, Y = text.batch("train", S.batch_size, S.block_size, g, pick_device())  # keep the clean stream in step
+        while drawn[0] <= step:  # the clean stream, one batch per step (a run resumed at step s first skips s)
+            X, Y = text.batch("train", S.batch_size, S.block_size, g, pick_device())
+            drawn[0] += 1
         return bad_batch(S, text) if inject and at <= step < at + S.n_bad else (X, Y)
 
     cfg = TrainConfig(steps=S.clip_steps, batch_size=S.batch_size, block_size=S.block_size, grad_clip=clip,
                       lr_schedule=bind(warmup_cosine, warmup=S.clip_steps // 10, total=S.clip_steps, min_ratio=0.1),
                       eval_every=max(1, S.clip_steps // 20), eval_batches=5, seed=S.seed,
-                      desc=f"{optimizer} clip={clip} {'bad batches' if inject else 'clean'}")
+                      desc=f"{optimizer} clip={clip} {'bad batches' if inject else 'clean'}", **run_kw)
     return train(model, text, cfg, optimizer=opt, batch_fn=batch_fn)
+
+
+def clip_pair(S: Settings, optimizer: str, clip: float | None) -> tuple[History, History]:
+    """The clean run and its twin hit by bad batches. They are the same run until the first bad batch, so that part
+    is trained once and saved (labtools.train's checkpoint: weights, optimizer state, RNG, history), then continued
+    twice: each continues bit for bit as a run from scratch would."""
+    at = S.clip_steps // 2
+    with tempfile.TemporaryDirectory() as tmp:
+        trunk, branch = Path(tmp) / "clean", Path(tmp) / "hit"
+        clip_run(S, optimizer, clip, False, checkpoint_dir=str(trunk), checkpoint_every=at, stop_at=at)
+        shutil.copytree(trunk, branch)  # the clean run goes on saving into its own directory
+        return (clip_run(S, optimizer, clip, False, checkpoint_dir=str(trunk), checkpoint_every=at),
+                clip_run(S, optimizer, clip, True, checkpoint_dir=str(branch), checkpoint_every=at))
 
 
 def run(S: Settings) -> dict[tuple, History]:
     """(optimizer, clip, injected) -> History, for AdamW and SGD + momentum, clip None or 1.0, clean or not."""
-    return {(o, c, i): clip_run(S, o, c, i) for o in ("AdamW", "SGD") for c in (None, 1.0) for i in (False, True)}
+    out = {}
+    for o in ("AdamW", "SGD"):
+        for c in (None, 1.0):
+            out[(o, c, False)], out[(o, c, True)] = clip_pair(S, o, c)
+    return out
 
 
 def damage(S: Settings, runs: dict[tuple, History], optimizer: str, clip: float | None) -> dict:
