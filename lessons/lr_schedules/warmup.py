@@ -14,7 +14,8 @@ from lessons.lr_schedules import BETAS, Settings, train_run
 
 
 def step_probe(info: StepInfo):
-    """Log Adam's normalised update RMS (m̂/(√v̂+ε), 1.0 = every weight moves by lr) and the relative step ‖Δθ‖/‖θ‖."""
+    """Log Adam's normalised update RMS (m̂/(√v̂+ε), 1.0 = every weight moves by lr) and the relative step ‖Δθ‖/‖θ‖;
+    at the first step also that RMS over the entries that had a gradient, with and without bias correction."""
     num, n, sq = 0.0, 0, 0.0
     seen, raw, k = 0.0, 0.0, 0  # over entries that have had a gradient: with and without bias correction
     opt = info.optimizer
@@ -28,14 +29,16 @@ def step_probe(info: StepInfo):
             num += (u**2).sum().item()
             n += u.numel()
             sq += (p.detach() ** 2).sum().item()
-            had = v > 0
-            seen += (u[had] ** 2).sum().item()
-            raw += ((m / (v.sqrt() + group["eps"]))[had] ** 2).sum().item()
-            k += int(had.sum())
+            if t == 1:  # the first step's update is all the lesson reads of these two
+                had = v > 0
+                seen += (u[had] ** 2).sum().item()
+                raw += ((m / (v.sqrt() + group["eps"]))[had] ** 2).sum().item()
+                k += int(had.sum())
     rms = math.sqrt(num / n)
     info.log["update_rms"] = rms
-    info.log["update_rms_seen"] = math.sqrt(seen / max(k, 1))
-    info.log["update_rms_uncorrected"] = math.sqrt(raw / max(k, 1))
+    if k:
+        info.log["update_rms_seen"] = math.sqrt(seen / k)
+        info.log["update_rms_uncorrected"] = math.sqrt(raw / k)
     info.log["relative_step"] = info.lr * rms * math.sqrt(n) / math.sqrt(sq)
 
 
