@@ -48,8 +48,8 @@ class Settings(LabConfig):
 
 PROFILES = {
     "smoke": Settings(profile="smoke", toy_n=4000, toy_steps=400, n_layer=2, n_embd=64, block_size=64, batch_size=16,
-                      text_chars=100_000, compare_steps=100, compare_lr=3e-3, weight_decay=0.1,
-                      grid_lrs=(3e-3, 1e-2), grid_wds=(1e-3, 1.0), grid_steps=60,
+                      text_chars=100_000, compare_steps=60, compare_lr=3e-3, weight_decay=0.1,
+                      grid_lrs=(3e-3, 1e-2), grid_wds=(1e-3, 1.0), grid_steps=40,
                       beta2_steps=200, beta2_lr=1e-2, surge_factor=10.0),
     "cpu": Settings(profile="cpu", toy_n=20_000, toy_steps=1000, n_layer=2, n_embd=64, block_size=64, batch_size=16,
                     text_chars=100_000, compare_steps=600, compare_lr=3e-3, weight_decay=0.1,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
+import torch
 from plotly.subplots import make_subplots
 
 from labtools import plots
@@ -20,7 +21,7 @@ BETA2S = (0.999, 0.95)
 
 def update_rms_probe(info: StepInfo):
     """Log the RMS of Adam's normalised update m̂/(√v̂+ε) over all parameters (1.0 = a full lr step)."""
-    num, n = 0.0, 0
+    squares, n = [], 0
     opt = info.optimizer
     for group in opt.param_groups:
         beta1, beta2 = group["betas"]
@@ -28,9 +29,9 @@ def update_rms_probe(info: StepInfo):
             s = opt.state[p]
             u = (s["exp_avg"] / (1 - beta1 ** s["step"])) / ((s["exp_avg_sq"] / (1 - beta2 ** s["step"])).sqrt()
                                                           + group["eps"])
-            num += (u**2).sum().item()
+            squares.append((u**2).sum())
             n += u.numel()
-    info.log["update_rms"] = math.sqrt(num / n)
+    info.log["update_rms"] = math.sqrt(torch.stack(squares).sum().item() / n)  # one sync per step, not per tensor
 
 
 def run(S: Settings) -> tuple[dict[float, History], dict[float, History]]:
@@ -50,15 +51,15 @@ def run(S: Settings) -> tuple[dict[float, History], dict[float, History]]:
                 for p in model.parameters():
                     p.register_hook(lambda g: g * scale[0])
 
-            def part(desc, directory, evals=10, **kw):  # the natural run's second half: its final loss only
+            def part(desc, directory, evals=10, callback=update_rms_probe, **kw):
                 return train_run(S, "AdamW", S.beta2_lr, 0.1, S.beta2_steps, betas=(0.9, beta2),
-                                 callback=update_rms_probe, grad_clip=None, warmup=50, hooks=hooks, evals=evals,
+                                 callback=callback, grad_clip=None, warmup=50, hooks=hooks, evals=evals,
                                  checkpoint_dir=str(directory), checkpoint_every=at, desc=f"β2={beta2}{desc}", **kw)
 
             trunk, branch = Path(tmp) / f"{beta2}", Path(tmp) / f"{beta2}_surge"
             part(" to the surge", trunk, stop_at=at)
             shutil.copytree(trunk, branch)  # the natural run goes on saving into its own directory
-            natural[beta2] = part("", trunk, evals=2)
+            natural[beta2] = part("", trunk, evals=2, callback=None)  # its second half: loss and final val only
             scale[0] = S.surge_factor
             surged[beta2] = part(" surge", branch)
     return natural, surged
