@@ -38,7 +38,7 @@ class Settings(LabConfig):
 
 PROFILES = {
     "smoke": Settings(profile="smoke", n_layer=2, n_embd=64, block_size=64, batch_size=16, budget=180, peak_lr=1e-2,
-                      warmup_lr=3e-2, warmup_steps=150, horizon=180, decay_margin=None, warmup_margin=None,
+                      warmup_lr=3e-2, warmup_steps=120, horizon=180, decay_margin=None, warmup_margin=None,
                       estimates=3),
     "cpu": Settings(profile="cpu", n_layer=2, n_embd=64, block_size=64, batch_size=16, budget=600, peak_lr=1e-2,
                     warmup_lr=3e-2, warmup_steps=400, horizon=600, decay_margin=0.05, warmup_margin=None),

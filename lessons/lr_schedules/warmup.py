@@ -122,7 +122,7 @@ def findings(ledger: Ledger, S: Settings, runs: dict[str, History]) -> Findings:
     if S.warmup_margin is not None:
         ledger.add("warmup_helps", f"At peak lr {S.warmup_lr:g}, warmup ends at least {S.warmup_margin:g} nats lower "
                    "(val without − with)", gain, at_least(S.warmup_margin), kind="measured")
-    else:  # at the smoke profile's 200 steps the sign of this difference changes from seed to seed
+    else:  # in the smoke profile's 120 steps the sign of this difference changes from seed to seed
         ledger.note("warmup_final_val_gain", gain)
     ledger.note("warmup", w)
     return Findings([
