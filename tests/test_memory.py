@@ -228,3 +228,18 @@ def test_a_steps_anatomy_shows_activations_come_and_go_and_sixteen_bytes_per_par
     assert a["after backward"]["grads"] == 4 * n and a["after zero_grad"]["grads"] == 0
     assert abs(a["after optimizer step"]["optimizer"] - 8 * n) <= 8 * len(list(model.parameters()))  # + step counts
     assert a["peak"]["activations"] >= a["after forward"]["activations"]
+
+
+def test_lesson_05_anatomy_agrees_with_the_saved_tensor_count_and_the_claim_can_fail():
+    from labtools.claims import Ledger
+    from lessons.activation_checkpointing import peak, settings
+    S = settings("smoke", n_embd=32, seq_len=32)
+    pk, an = peak.run(S), peak.anatomy(S)
+    ledger = Ledger("05_test")
+    peak.anatomy_findings(ledger, pk, an)
+    assert ledger.claims[-1].passed and ledger.claims[-1].measured < 0.01
+    swapped = {("none", 1): pk[("block", 1)], ("block", 1): pk[("none", 1)]}  # each policy against the other's count
+    ledger = Ledger("05_test")
+    peak.anatomy_findings(ledger, swapped, an)
+    assert not ledger.claims[-1].passed
+    assert an["none"]["peak"]["grads"] < an["block"]["peak"]["grads"]  # checkpointing moves the peak into backward

@@ -7,12 +7,9 @@ import torch
 
 from labtools import plots
 from labtools.claims import Findings, Ledger, approx, at_most
-from labtools.memory import ANATOMY, MOMENTS, step_anatomy
+from labtools.memory import ANATOMY, ANATOMY_LABELS, MOMENTS, step_anatomy
 from lessons.memory_budget import Settings
 from lessons.memory_budget.validation import _model
-
-LABELS = {"params": "parameters", "grads": "gradients", "optimizer": "optimizer state (m, v)",
-          "activations": "activations kept for backward", "temp": "temporaries"}
 
 
 def run(S: Settings) -> dict:
@@ -27,8 +24,8 @@ def run(S: Settings) -> dict:
 def figure(a: dict) -> go.Figure:
     fig = go.Figure()
     for i, kind in enumerate(ANATOMY):
-        fig.add_trace(go.Bar(x=list(MOMENTS), y=[a["moments"][m][kind] / 2**20 for m in MOMENTS], name=LABELS[kind],
-                             marker_color=plots.color(i)))
+        fig.add_trace(go.Bar(x=list(MOMENTS), y=[a["moments"][m][kind] / 2**20 for m in MOMENTS],
+                             name=ANATOMY_LABELS[kind], marker_color=plots.color(i)))
     L, d, h, V, T, B = a["shape"]
     return plots.style(fig, f"One AdamW step of a GPT (L = {L}, h = {d}, s = {T}, b = {B}), fp32: what it holds, "
                             "measured", None, "MiB", height=420, barmode="stack")
