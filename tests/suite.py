@@ -6,8 +6,10 @@ processes of one thread each train faster together than one process of two threa
 read the loopback interface's byte counters, to which the unit tests' gloo launches would add, and lesson 16 times
 two ranks against a prediction: the browser test holds them back until the unit tests have finished
 (LABTOOLS_WAIT_FOR, tests/test_browser.py), and runs them last.
-The unit tests run at a lower priority (nice 10): they finish long before the browser tests either way, so the
-CPU they would take from the lessons only lengthens the whole run. For the same reason the book's test (one lesson
+The unit tests run at the lowest priority (nice 19): they finish long before the browser tests either way, so the
+CPU they would take from the lessons only lengthens the whole run. At nice 10 their ranks still took a share of the
+kernel's core: lessons 01 and 02, which run beside them, took 46.8 and 49.0 s in the browser against 41.1 and 42.2 s
+at nice 19, and the unit tests ended no later (309 and 280 s; fresh clones, one host, 101 GFLOP/s per core). For the same reason the book's test (one lesson
 rendered by papermill and opened in Chromium; marked book) runs in the unit tests' lane, not the browser's.
 
 The unit tests' output goes to build/test-units.log and is printed after the browser tests' own. The exit status
@@ -29,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "build"
 WAIT_ENV = "LABTOOLS_WAIT_FOR"
-UNITS_NICE = 10  # the browser tests are the longer lane: the unit tests (and their ranks) yield the CPU to them
+UNITS_NICE = 19  # the browser tests are the longer lane: the unit tests (and their ranks) yield the CPU to them
 
 
 def main(argv: list[str]) -> int:
