@@ -9,9 +9,9 @@ two ranks against a prediction: the browser test holds them back until the unit 
 The unit tests run at the lowest priority (nice 19): they finish long before the browser tests either way, so the
 CPU they would take from the lessons only lengthens the whole run. At nice 10 their ranks still took a share of the
 kernel's core: lessons 01 and 02, which run beside them, took 46.8 and 49.0 s in the browser against 41.1 and 42.2 s
-at nice 19, and the unit tests ended no later (309 and 280 s; fresh clones, one host, 101 GFLOP/s per core). For the same reason the book's test (one lesson
-rendered by papermill and opened in Chromium; marked book) runs in the unit tests' lane, not the browser's.
-
+at nice 19, and the unit tests ended no later (309 and 280 s; fresh clones, one host, 101 GFLOP/s per core). For the
+same reason the book's test (one lesson rendered by papermill and opened in Chromium; marked book) runs in the unit
+tests' lane, not the browser's.
 The unit tests' output goes to build/test-units.log and is printed after the browser tests' own. The exit status
 is non-zero if either failed. Ctrl-C or SIGTERM stops both (each pytest tears its fixtures down: no process and no
 run directory is left). The run ends with each lane's wall time and CPU seconds.
