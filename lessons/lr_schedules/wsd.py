@@ -60,12 +60,13 @@ def wsd_stats(r: dict) -> dict:
             "wsd_steps": r["wsd_steps"], "cosine_steps": r["cosine_steps"]}
 
 
-def findings(ledger: Ledger, r: dict) -> Findings:
+def findings(ledger: Ledger, S: Settings, r: dict) -> Findings:
     s = wsd_stats(r)
-    ledger.add("wsd_short", "WSD branched at the short horizon matches a cosine run of that length (|Δ val| ≤ 0.05)",
-               abs(s["wsd_short"] - s["cosine_short"]), at_most(0.05), kind="measured")
-    ledger.add("wsd_long", "… and at the long horizon (|Δ val| ≤ 0.05)", abs(s["wsd_long"] - s["cosine_long"]),
-               at_most(0.05), kind="measured")
+    within = S.agree_within
+    ledger.add("wsd_short", f"WSD branched at the short horizon matches a cosine run of that length (|Δ val| ≤ "
+               f"{within:g})", abs(s["wsd_short"] - s["cosine_short"]), at_most(within), kind="measured")
+    ledger.add("wsd_long", f"… and at the long horizon (|Δ val| ≤ {within:g})", abs(s["wsd_long"] - s["cosine_long"]),
+               at_most(within), kind="measured")
     ledger.add("wsd_cheaper", "WSD needs fewer steps for both horizons than two cosine runs (computed from the "
                "schedules' lengths)", s["wsd_steps"] < s["cosine_steps"], is_true(), kind="computed")
     ledger.note("wsd", s)
