@@ -13,6 +13,8 @@ Introduced in notebooks/00_training_loop.ipynb.
 
 import dataclasses
 import math
+import shutil
+import tempfile
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -295,3 +297,18 @@ def _resume(path: Path, cfg: TrainConfig, model, optimizer, scaler, g: torch.Gen
     for f in dataclasses.fields(History):
         setattr(hist, f.name, getattr(saved, f.name))
     return step
+
+
+def branches(at: int, trunk: Callable[[dict], object], *runs: Callable[[dict], History]) -> list[History]:
+    """Runs that are the same until step `at`, trained that far once. trunk(kw) trains to `at` and stops; then each
+    of `runs`, in order, continues from its own copy of that checkpoint. kw holds checkpoint_dir and checkpoint_every
+    (and for the trunk stop_at), for TrainConfig. Each run continues bit for bit as one from scratch would, as long as
+    what makes it differ (a gradient hook, an injected batch) starts at `at` or later."""
+    if not runs:
+        raise ValueError("branches needs at least one run to continue from the trunk")
+    with tempfile.TemporaryDirectory() as tmp:
+        dirs = [Path(tmp) / f"branch_{i}" for i in range(len(runs))]
+        trunk(dict(checkpoint_dir=str(dirs[0]), checkpoint_every=at, stop_at=at))
+        for d in dirs[1:]:  # every copy before the first branch goes on saving into its own directory
+            shutil.copytree(dirs[0], d)
+        return [run(dict(checkpoint_dir=str(d), checkpoint_every=at)) for run, d in zip(runs, dirs)]

@@ -6,7 +6,7 @@ import torch
 from labtools import data
 from labtools.model import GPT, GPTConfig
 from labtools.schedules import bind, warmup_cosine
-from labtools.train import TrainConfig, train
+from labtools.train import TrainConfig, branches, train
 
 CFG = GPTConfig(vocab_size=16, block_size=32, n_layer=2, n_head=2, n_embd=32)
 
@@ -148,3 +148,20 @@ def test_summing_micro_batch_losses_scales_the_gradient_by_k():
 
     for right, summed in zip(grads(True), grads(False)):
         torch.testing.assert_close(summed, 4 * right, rtol=1e-5, atol=1e-7)
+
+
+def test_branches_continue_bit_for_bit_like_runs_from_scratch():
+    corpus = data.synthetic()
+
+    def run(lr_after, kw=None):  # identical until step 10, then a different learning rate
+        return train(model(), corpus, cfg(lr_schedule=lambda s: 1.0 if s < 10 else lr_after, **(kw or {})))
+
+    alone = [run(1.0), run(0.1)]
+    forked = branches(10, lambda kw: run(1.0, kw), lambda kw: run(1.0, kw), lambda kw: run(0.1, kw))
+    for a, b in zip(alone, forked):
+        assert (a.loss, a.val_loss, a.grad_norm, a.lr) == (b.loss, b.val_loss, b.grad_norm, b.lr)
+    assert forked[0].loss[10:] != forked[1].loss[10:]  # they did branch
+    late = branches(15, lambda kw: run(1.0, kw), lambda kw: run(0.1, kw))[0]  # a trunk past the fork is wrong
+    assert late.loss != alone[1].loss
+    with pytest.raises(ValueError, match="at least one run"):
+        branches(10, lambda kw: run(1.0, kw))

@@ -1,9 +1,6 @@
 """Lesson 01, section 5: β2 = 0.999 against 0.95 when the gradient scale surges."""
 
 import math
-import shutil
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
@@ -12,7 +9,7 @@ from plotly.subplots import make_subplots
 
 from labtools import plots
 from labtools.claims import Findings, Ledger, at_least
-from labtools.train import History, StepInfo
+from labtools.train import History, StepInfo, branches
 from lessons.adamw_vs_adam_l2 import Settings
 from lessons.adamw_vs_adam_l2.groups import train_run
 
@@ -42,26 +39,25 @@ def run(S: Settings) -> tuple[dict[float, History], dict[float, History]]:
     weights, optimizer state, data position, history), then continued twice from that checkpoint, once as it was
     and once with the surge: each continues bit for bit as a run from scratch would."""
     natural, surged = {}, {}
-    at = S.beta2_steps // 2
-    with tempfile.TemporaryDirectory() as tmp:
-        for beta2 in BETA2S:
-            scale = [1.0]
+    for beta2 in BETA2S:
+        scale = [1.0]
 
-            def hooks(model, scale=scale):
-                for p in model.parameters():
-                    p.register_hook(lambda g: g * scale[0])
+        def hooks(model, scale=scale):
+            for p in model.parameters():
+                p.register_hook(lambda g: g * scale[0])
 
-            def part(desc, directory, evals=10, callback=update_rms_probe, **kw):
-                return train_run(S, "AdamW", S.beta2_lr, 0.1, S.beta2_steps, betas=(0.9, beta2),
-                                 callback=callback, grad_clip=None, warmup=50, hooks=hooks, evals=evals,
-                                 checkpoint_dir=str(directory), checkpoint_every=at, desc=f"β2={beta2}{desc}", **kw)
+        def part(desc, kw, evals=10, callback=update_rms_probe, beta2=beta2):
+            return train_run(S, "AdamW", S.beta2_lr, 0.1, S.beta2_steps, betas=(0.9, beta2), callback=callback,
+                             grad_clip=None, warmup=50, hooks=hooks, evals=evals, desc=f"β2={beta2}{desc}", **kw)
 
-            trunk, branch = Path(tmp) / f"{beta2}", Path(tmp) / f"{beta2}_surge"
-            part(" to the surge", trunk, stop_at=at)
-            shutil.copytree(trunk, branch)  # the natural run goes on saving into its own directory
-            natural[beta2] = part("", trunk, evals=2, callback=None)  # its second half: loss and final val only
+        def surge(kw, scale=scale):
             scale[0] = S.surge_factor
-            surged[beta2] = part(" surge", branch)
+            return part(" surge", kw)
+
+        natural[beta2], surged[beta2] = branches(
+            S.beta2_steps // 2, lambda kw: part(" to the surge", kw),
+            lambda kw: part("", kw, evals=2, callback=None),  # the natural second half: loss and final val only
+            surge)
     return natural, surged
 
 

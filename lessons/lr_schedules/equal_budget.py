@@ -1,15 +1,11 @@
 """Lesson 02, section 2: the schedules trained on an equal budget of steps."""
 
-import shutil
-import tempfile
-from pathlib import Path
-
 import plotly.graph_objects as go
 
 from labtools import plots
 from labtools.claims import Findings, Ledger, approx, at_least, at_most
 from labtools.schedules import bind, warmup_cosine
-from labtools.train import History
+from labtools.train import History, branches
 from lessons.lr_schedules import Settings, train_run
 from lessons.lr_schedules.designer import schedule_set
 from lessons.lr_schedules.warmup import moderate_share
@@ -40,15 +36,12 @@ def run(S: Settings) -> dict[str, History]:
     fork = warmup + schedules[wsd_name].keywords["stable"]  # the first step at which the two can differ
     runs = {"cosine": cosine_run(S, S.budget, warmup),
             "linear": train_run(S, schedules["linear"], S.budget, S.peak_lr, desc="linear")}
-    with tempfile.TemporaryDirectory() as tmp:
-        trunk, branch = Path(tmp) / "constant", Path(tmp) / "wsd"
-        train_run(S, schedules[constant], S.budget, S.peak_lr, desc="constant = WSD until its decay",
-                  checkpoint_dir=str(trunk), checkpoint_every=fork, stop_at=fork)
-        shutil.copytree(trunk, branch)  # the constant run goes on saving into its own directory
-        runs[constant] = train_run(S, schedules[constant], S.budget, S.peak_lr, desc=constant,
-                                   checkpoint_dir=str(trunk), checkpoint_every=fork)
-        runs[wsd_name] = train_run(S, schedules[wsd_name], S.budget, S.peak_lr, desc=wsd_name,
-                                   checkpoint_dir=str(branch), checkpoint_every=fork)
+
+    def part(name, desc):
+        return lambda kw: train_run(S, schedules[name], S.budget, S.peak_lr, desc=desc, **kw)
+
+    runs[constant], runs[wsd_name] = branches(fork, part(constant, "constant = WSD until its decay"),
+                                              part(constant, constant), part(wsd_name, wsd_name))
     return {name: runs[name] for name in schedules}
 
 

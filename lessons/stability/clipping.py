@@ -1,9 +1,6 @@
 """Lesson 03, section 1: clipping by the global norm (parity with torch) and what it saves against bad batches."""
 
 import math
-import shutil
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
@@ -14,7 +11,7 @@ from labtools import data, plots
 from labtools.claims import Findings, Ledger, at_least, at_most
 from labtools.device import pick_device
 from labtools.schedules import bind, warmup_cosine
-from labtools.train import History, TrainConfig, train
+from labtools.train import History, TrainConfig, branches, train
 from lessons.stability import Settings, build, corpus
 
 
@@ -85,13 +82,11 @@ def clip_pair(S: Settings, optimizer: str, clip: float | None) -> tuple[History,
     """The clean run and its twin hit by bad batches. They are the same run until the first bad batch, so that part
     is trained once and saved (labtools.train's checkpoint: weights, optimizer state, RNG, history), then continued
     twice: each continues bit for bit as a run from scratch would."""
-    at = S.clip_steps // 2
-    with tempfile.TemporaryDirectory() as tmp:
-        trunk, branch = Path(tmp) / "clean", Path(tmp) / "hit"
-        clip_run(S, optimizer, clip, False, checkpoint_dir=str(trunk), checkpoint_every=at, stop_at=at)
-        shutil.copytree(trunk, branch)  # the clean run goes on saving into its own directory
-        return (clip_run(S, optimizer, clip, False, checkpoint_dir=str(trunk), checkpoint_every=at),
-                clip_run(S, optimizer, clip, True, checkpoint_dir=str(branch), checkpoint_every=at))
+    def part(inject):
+        return lambda kw: clip_run(S, optimizer, clip, inject, **kw)
+
+    clean, hit = branches(S.clip_steps // 2, part(False), part(False), part(True))
+    return clean, hit
 
 
 def run(S: Settings) -> dict[tuple, History]:
