@@ -178,9 +178,10 @@ def findings(ledger: Ledger, c: dict) -> Findings:
                                       "memory_gb": best.memory.total / GB})
     m = c["megatron"]
     counted = [f / 1e12 / row["tflops"] - 1 for f, row in zip(m["counted"], MTNLG)]
+    steps, rates = (", ".join(f"{row[k]:g}" for row in MTNLG) for k in ("step_s", "tflops"))
     ledger.add("mtnlg_flops", "Our count of MT-NLG 530B's FLOPs per step (recomputation included), over its published "
-               "step times of 60.1, 50.2 and 44.4 s, gives its published 126, 121 and 113 TFLOP/s per GPU within 2% "
-               "(worst of the three, computed ÷ published − 1)", max(counted, key=abs), approx(0.0, abs=0.02),
+               f"step times ({steps} s), gives its published TFLOP/s per GPU ({rates}) within 2% (worst of the three, "
+               "computed ÷ published − 1)", max(counted, key=abs), approx(0.0, abs=0.02),
                source="Smith et al. 2022, section 2.4", kind="computed")
     mt = [e.hardware_flops_per_gpu / 1e12 / row["tflops"] - 1 for row, e in zip(MTNLG, m["rows"])]
     gpt3 = m["gpt3"].hardware_flops_per_gpu / 1e12
@@ -212,8 +213,9 @@ def findings(ledger: Ledger, c: dict) -> Findings:
         f"For that long-context layout the planner predicts {long.flops_per_gpu / 1e12:.0f} TFLOP/s per GPU against "
         "the published 380 (see the note below).",
         "Our FLOP count is MT-NLG's: over its published step times it gives "
-        f"{', '.join(f'{f / 1e12:.1f}' for f in m['counted'])} TFLOP/s per GPU (published 126, 121, 113), so what the "
-        "planner misses below comes from its model of time, not from its count.",
+        f"{', '.join(f'{f / 1e12:.1f}' for f in m['counted'])} TFLOP/s per GPU (published "
+        f"{', '.join(str(row['tflops']) for row in MTNLG)}), so what the planner misses below comes from its model of "
+        "time, not from its count.",
         f"On A100s, calibrated on MT-NLG's 2,240 GPUs, the planner predicts "
         f"{m['rows'][2].hardware_flops_per_gpu / 1e12:.0f} TFLOP/s on 3,360 GPUs (published 113) and **{gpt3:.0f}** "
         "for GPT-3's layout (published 140).",
