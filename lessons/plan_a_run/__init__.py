@@ -5,7 +5,8 @@ The settings of notebooks/16_plan_a_run.ipynb. One module per section:
 
     example.py          the running example: a 70B model on 2,048 H100s, its layouts ranked, the whole run
     memory_exercise.py  your turn: the model states each GPU holds under a layout
-    published.py        Llama 3 405B's three published layouts and GPT-3 175B's 34 days, through the planner
+    published.py        published figures recomputed from their papers' inputs; Llama 3's, MT-NLG's and GPT-3's
+                        layouts predicted from one calibrated row
     calibration.py      this machine measured, the planner's prediction of a 2-rank run beside that run
     planner.py          a panel: plan your own run
     ranks.py            what runs inside the torchrun ranks (torch and core labtools only)
