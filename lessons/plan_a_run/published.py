@@ -361,10 +361,11 @@ def findings(ledger: Ledger, c: dict) -> Findings:
         f"On A100s, calibrated on MT-NLG's 2,240 GPUs, the planner predicts "
         f"{m['rows'][2].hardware_flops_per_gpu / 1e12:.0f} TFLOP/s on 3,360 GPUs (published 113) and **{gpt3:.0f}** "
         "for GPT-3's layout (published 140).",
-        f"DeepSeek-V3, an MoE, counts {ds['per_token'] / 1e9:.0f} GFLOPs per token from its 37.6B active "
-        f"parameters: its 2.664M GPU-hours imply **{ds['flops_per_gpu'] / 1e12:.0f}** TFLOP/s per H800, "
-        f"{ds['mfu_bf16']:.0%} of the bf16 peak (it multiplied in FP8).",
         f"MT-NLG's own step times lie on a line, **{line['per_slot_s']:.3f} s** per pipeline slot plus "
         f"**{line['fixed_s']:.1f} s** per step (residuals ≤ {line['residual_s']:.2f} s). The planner has no fixed "
         "term, so the fewer slots of a wider layout shrink its step too much.",
+        f"DeepSeek-V3, an MoE, counts {ds['per_token'] / 1e9:.0f} GFLOPs per token from its {ds['active'] / 1e9:.1f}B "
+        f"active parameters: its {DEEPSEEK['gpu_hours'] / 1e6:.3f}M GPU-hours imply "
+        f"**{ds['flops_per_gpu'] / 1e12:.0f}** TFLOP/s per H800, {ds['mfu_bf16']:.0%} of the bf16 peak (it multiplied "
+        "in FP8).",
     ])
