@@ -183,7 +183,8 @@ def reproduced(c: dict) -> list[tuple[str, float, float, str]]:
     m, lp = c["megatron"], c["llama3_params"]
     rows = [(f"MT-NLG 530B, {row['name'].split(', ')[1]}: TFLOP/s per GPU from its {row['step_s']:g} s step",
              row["tflops"], f / 1e12, "") for row, f in zip(MTNLG, m["counted"])]
-    rows.append(("GPT-3 175B at 140 TFLOP/s per A100: days for 300B tokens (Narayanan et al.'s eq. 3)",
+    rows.append(("GPT-3 175B at 140 TFLOP/s per A100: days for 300B tokens by Narayanan et al.'s eq. 3 (quoted as "
+                 "about 34 from its short form, 8·T·P/(n·X))",
                  m["days_eq3"], m["days_ours"], " days"))
     rows += [(f"Llama 3 405B, {row['name']}: MFU from its {row['tflops']} TFLOP/s per GPU", mfu * 100,
               row["tflops"] * 1e12 / H100.peak_flops * 100, "%") for row, mfu in zip(LLAMA3, LLAMA3_MFU)]
