@@ -4,6 +4,7 @@ layouts on H100s; Megatron-Turing NLG 530B's three and GPT-3 175B's on A100s."""
 
 import dataclasses
 
+import numpy as np
 import plotly.graph_objects as go
 
 from labtools import plots
@@ -156,24 +157,23 @@ def per_token_count() -> dict:
     return out
 
 
-def mtnlg_line() -> dict:
-    """MT-NLG's three published step times against the slots of its pipeline, m + pp − 1 (lesson 09): the least-squares
-    line t·slots + c. A bubble model has no c: every second of its step grows with the slots."""
-    slots = [row["batch"] // row["layout"].dp + row["layout"].pp - 1 for row in MTNLG]
+def mtnlg_line(rows: list) -> dict:
+    """MT-NLG's three published step times against the slots of its pipeline, m + pp − 1 (lesson 09), with `rows` the
+    planner's estimates of its layouts (they hold m): the least-squares line t·slots + c. A bubble model has no c:
+    every second of its step grows with the slots."""
+    slots = [e.micro_batches + e.layout.pp - 1 for e in rows]
     steps = [row["step_s"] for row in MTNLG]
-    n, sx, sy = len(slots), sum(slots), sum(steps)
-    sxx, sxy = sum(x * x for x in slots), sum(x * y for x, y in zip(slots, steps))
-    t = (n * sxy - sx * sy) / (n * sxx - sx * sx)
-    c = (sy - t * sx) / n
-    return {"slots": slots, "steps": steps, "per_slot_s": t, "fixed_s": c,
-            "residual_s": max(abs(t * x + c - y) for x, y in zip(slots, steps))}
+    t, c = np.polyfit(slots, steps, 1)
+    return {"slots": slots, "steps": steps, "per_slot_s": float(t), "fixed_s": float(c),
+            "residual_s": float(max(abs(t * x + c - y) for x, y in zip(slots, steps)))}
 
 
 def run() -> dict:
     """Everything section 3 shows: Llama 3 for each schedule v, the A100 runs, DeepSeek-V3, the long-context layouts,
     the counts from the models' shapes, and MT-NLG's step times against its pipeline slots."""
-    return llama3() | {"megatron": megatron(), "deepseek": deepseek(), "long": long_context(),
-                       "per_token": per_token_count(), "llama3_params": llama3_params(), "mtnlg_line": mtnlg_line()}
+    a100 = megatron()
+    return llama3() | {"megatron": a100, "deepseek": deepseek(), "long": long_context(), "per_token": per_token_count(),
+                       "llama3_params": llama3_params(), "mtnlg_line": mtnlg_line(a100["rows"])}
 
 
 def reproduced(c: dict) -> list[tuple[str, float, float, str]]:
