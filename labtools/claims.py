@@ -9,8 +9,10 @@
 MIME type `application/vnd.labtools.claims+json`, so an executed notebook carries it and
 tests/test_notebooks.py can assert that every claim passed.
 
-A section's `findings(ledger, results)` records its claims and returns `Findings`: short result statements,
-result first, shown as markdown bullets (a str, so `display(Markdown(findings))` shows it as well).
+A section's `findings(ledger, results)` records its claims and returns `Findings`: the section's answer in words
+(a sentence or two, one or two numbers at most), and the run's numbers folded in a `<details>` below it.
+The table shows the lesson's headline claims (at most HEADLINE_MAX); checks the text does not state
+(`detail=True`) are folded under them.
 
 Every claim says what kind of number it holds (`KINDS`): one read from the run, one counted where a call was
 made, or one worked out from a formula or published figures. The table shows it beside the number.
@@ -22,6 +24,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 MIME = "application/vnd.labtools.claims+json"
+HEADLINE_MAX = 12  # headline rows a ledger shows; the rest are folded (detail=True)
 
 KINDS = {
     "measured": "read from the run: losses, seconds, bytes allocated or on the wire, FLOPs the dispatcher ran, "
@@ -166,15 +169,25 @@ class Ledger:
 
 
 class Findings(str):
-    """A section's results as markdown bullets: one statement each, result first (`.statements` keeps them), a
-    blank line between them, so each reads as its own short block."""
+    """A section's answer in words, then the run's numbers folded away.
+
+    `statements`: one or two short sentences that answer the section's question, with at most one or two numbers
+    each, shown as markdown bullets (a blank line between them, so each reads as its own block). `details`: the
+    run's numbers behind them, one bullet each (or a markdown table: an item that starts with "|"), inside a folded
+    `<details>` that a reader opens only if they want them. A str, so `display(Markdown(findings))` shows it too."""
 
     statements: tuple[str, ...]
+    details: tuple[str, ...]
 
-    def __new__(cls, statements):
+    def __new__(cls, statements, details=(), *, summary: str = "The numbers from this run"):
         items = tuple(s.strip() for s in statements if s and s.strip())
-        obj = super().__new__(cls, "\n\n".join(f"- {s}" for s in items))
-        obj.statements = items
+        more = tuple(s.strip() for s in details if s and s.strip())
+        text = "\n\n".join(f"- {s}" for s in items)
+        if more:
+            body = "\n\n".join(s if s.startswith("|") else f"- {s}" for s in more)
+            text += f"\n\n<details><summary>{summary}</summary>\n\n{body}\n\n</details>"
+        obj = super().__new__(cls, text.strip())
+        obj.statements, obj.details = items, more
         return obj
 
     def _repr_markdown_(self) -> str:

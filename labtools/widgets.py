@@ -247,9 +247,11 @@ class Panel:
         if has_frontend():
             display(self.widget())
             return
-        values = ", ".join(f"{k}={v!r}" for k, v in self.values().items())
-        display({"text/markdown": f"*{self.title + ' — ' if self.title else ''}static view for {values}; "
-                                  "open the notebook in JupyterLab to move the controls.*"}, raw=True)
+        rows = "\n".join(f"| {k} | {v!r} |" for k, v in self.values().items())
+        display({"text/markdown": f"*{self.title + ': ' if self.title else ''}the figure for the panel's starting "
+                                  "values; open the notebook in JupyterLab to move the controls.*\n\n<details><summary>"
+                                  f"Starting values</summary>\n\n| control | value |\n|---|---|\n{rows}\n\n</details>"},
+                raw=True)
         self.draw(**self.values()).show()
 
 

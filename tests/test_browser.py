@@ -24,9 +24,9 @@ from jupyter_browser import (KERNELSPEC, Browser, JupyterLab, cell_errors, close
                              figure_layout_problems, fill_exercise, leftovers, move_and_watch, open_notebook,
                              page_problems, panels, run_all, save, shown, smoke_copy, start_and_stop,
                              stop_runs)
-from test_prose import FRAMED, problems
+from test_prose import FRAMED, read_problems
 
-from labtools.claims import KINDS, read_ledgers
+from labtools.claims import HEADLINE_MAX, KINDS, read_ledgers
 
 ROOT = Path(__file__).resolve().parents[1]
 # Lessons that read the loopback interface's byte counters, or whose claims time ranks against a prediction, run
@@ -232,10 +232,10 @@ def test_lesson_runs_in_jupyterlab_and_its_panels_respond(path, lab, record_prop
     failed = [f"{c['statement']}: {c['kind']} {c['measured']}, expected {c['expected']}"
               for c in claims if not c["passed"]]
     assert not failed, f"{lesson}: claims that did not hold:\n" + "\n".join(failed)
+    headline = [c["statement"] for c in claims if not c.get("detail")]
+    assert len(headline) <= HEADLINE_MAX, f"{lesson}: {len(headline)} headline claims (fold the rest: detail=True)"
     if lesson in FRAMED:  # what the run printed for the learner follows the same rules as the notebook's prose
-        printed = "\n\n".join("".join(out["data"]["text/markdown"]) for cell in seen["saved"]["cells"]
-                              for out in cell.get("outputs", []) if "text/markdown" in out.get("data", {}))
-        assert printed and not problems(printed), f"{lesson}: findings a learner reads: {problems(printed)}"
+        assert not read_problems(seen["saved"]), f"{lesson}: what a learner reads: {read_problems(seen['saved'])}"
 
     if lesson in EXERCISES:
         assert "✓" in seen["exercise"], f"{lesson}: the exercise, filled in with its solution, printed " \

@@ -85,3 +85,7 @@ def test_findings_are_bullets_a_notebook_can_display_as_markdown():
     f = Findings(["**3×** the all-reduces", "", None, "the same gradients "])
     assert f.statements == ("**3×** the all-reduces", "the same gradients")
     assert str(f) == f._repr_markdown_() == "- **3×** the all-reduces\n\n- the same gradients"
+    folded = Findings(["the answer"], ["a number: **4**", "| a | b |\n|---|---|\n| 1 | 2 |"], summary="Numbers")
+    assert folded.statements == ("the answer",) and len(folded.details) == 2
+    assert str(folded) == ("- the answer\n\n<details><summary>Numbers</summary>\n\n- a number: **4**\n\n"
+                           "| a | b |\n|---|---|\n| 1 | 2 |\n\n</details>")
