@@ -27,10 +27,11 @@ MIME = "application/vnd.labtools.claims+json"
 HEADLINE_MAX = 12  # headline rows a ledger shows; the rest are folded (detail=True)
 
 KINDS = {
-    "measured": "read from the run: losses, seconds, bytes allocated or on the wire, FLOPs the dispatcher ran, "
-                "bits of the tensors",
-    "counted": "counted where a call was made: what a collective was handed, or what our own code chose to send "
-               "(equal to a formula by construction; it checks the code, not the hardware)",
+    "measured": "read from the run, where the machine or chance decides it: losses, seconds, bytes on the wire, "
+                "memory a tracker saw, bits of the tensors",
+    "counted": "counted where a call was made: the FLOPs the dispatcher ran, the bytes autograd saved, what a "
+               "collective was handed or our own code chose to send (the same on every machine; it checks the code, "
+               "not the hardware)",
     "computed": "worked out from a formula or from published figures, no run involved",
 }
 
@@ -194,8 +195,8 @@ class Findings(str):
         return str(self)
 
 
-LEGEND = ("<b>kind</b>: <i>measured</i> = read from your run; <i>counted</i> = what a call was handed (checks the "
-          "code, not the hardware); <i>computed</i> = a formula or published figures. <b>✗</b> = on your machine the "
+LEGEND = ("<b>kind</b>: <i>measured</i> = read from your run; <i>counted</i> = what a call ran or was handed (the "
+          "same on every machine); <i>computed</i> = a formula or published figures. <b>✗</b> = on your machine the "
           "measurement did not come out as stated: rerun the cell (timings vary), or try the cpu profile (smoke "
           "runs are short); if it persists, the statement does not hold there — tell us, with the ledger.")
 

@@ -13,8 +13,11 @@ flash kernel's: same arguments, same arithmetic); any other op is given one FLOP
 """
 
 import math
+import os
+import sys
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -46,6 +49,23 @@ FREE = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand"
         "unsqueeze", "squeeze", "split", "split_with_sizes", "slice", "select", "unbind", "chunk", "empty",
         "empty_like", "empty_strided", "_reshape_alias", "lift_fresh", "lift_fresh_copy", "new_empty",
         "new_empty_strided", "set_", "resize_", "is_same_size", "_has_compatible_shallow_copy_type"}
+
+
+@contextmanager
+def native_stderr_silenced():
+    """Send what native code writes to the process's stderr (file descriptor 2) to /dev/null within the block.
+
+    torch.profiler's tracer prints a line to it at every start and stop ("USDT: ... profiler_start"), which a
+    Jupyter kernel forwards into the notebook. Python's own warnings and exceptions are not affected."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def op_name(name: str) -> str:

@@ -126,3 +126,14 @@ def test_lesson_13_intensity_solution_passes_and_forgetting_the_output_fails_wit
         raise NotImplementedError
 
     assert intensity_exercise.check_intensity(stub, roof).message == NOT_WRITTEN
+
+
+def test_native_stderr_silenced_drops_what_native_code_writes_and_restores_it(capfd):
+    import os
+
+    from labtools.profiling import native_stderr_silenced
+    with native_stderr_silenced():
+        os.write(2, b"USDT: profiler_start\n")
+    os.write(2, b"after\n")
+    err = capfd.readouterr().err
+    assert "USDT" not in err and "after" in err

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 import torch
 
 from labtools import plots, profiling
-from labtools.claims import Findings, Ledger, at_least, at_most, is_true
+from labtools.claims import Findings, Ledger, at_least, at_most
 from labtools.device import pick_device
 from labtools.widgets import Panel
 from lessons.profiling import Settings, batch, gpt
@@ -142,22 +142,23 @@ def findings(ledger: Ledger, r: dict, redraw_ms: list[float]) -> Findings:
     best_mm = max(mm, key=lambda g: g["flop_rate"])
     ledger.add("matmul_compute_bound", "The step's matrix products lie right of the ridge: compute-bound (share "
                "of their time)", right, at_least(0.9), kind="measured")
-    ledger.add("elementwise_memory_bound", "Every element-wise op lies left of the ridge: memory-bound "
-               "(its highest intensity ÷ the ridge)", ew_max / r["ridge"], at_most(0.5), kind="measured")
+    # no machine has a ridge below half a FLOP per byte, so "left of the ridge" cannot fail here: a note, not a claim
+    ledger.note("elementwise_intensity_over_ridge", ew_max / r["ridge"])
     ledger.add("rates_apart", "Matrix products reach at least 10× the FLOP/s of element-wise ops (ratio of their "
                "rates over the step)", mm_rate / ew_rate, at_least(10), kind="measured")
     ledger.add("explorer_fast", "The roofline panel redraws in ≤ 100 ms (slowest of its redraws)", max(redraw_ms),
                at_most(100), kind="measured", detail=True)
-    ledger.add("roofs_measured", "Both roofs were measured (peak and bandwidth > 0)",
-               r["peak"] > 0 and r["bandwidth"] > 0, is_true(), kind="measured", detail=True)
+    ledger.note("roofs", {"peak": r["peak"], "bandwidth": r["bandwidth"], "ridge": r["ridge"]})
+    better = " (a shape the library handles better than square ones)" if best_mm["flop_rate"] > r["peak"] else ""
     return Findings([
-        f"**This machine's roofs**: {r['peak'] / 1e9:.1f} GFLOP/s (fp32 matrix products) and "
-        f"{r['bandwidth'] / 1e9:.1f} GB/s (triad); they meet at {r['ridge']:.1f} FLOPs per byte.",
-        f"**Matrix products: {right:.0%} of their time right of the ridge**, at {mm_rate / 1e9:.1f} GFLOP/s "
-        f"({mm_rate / r['peak']:.0%} of the peak); the best, {best_mm['name']} {best_mm['shapes']}, "
-        f"{best_mm['flop_rate'] / r['peak']:.0%}" + (" (a shape the library handles better than square ones)"
-                                                     if best_mm["flop_rate"] > r["peak"] else "") + ".",
-        f"**Element-wise ops sit at ≤ {ew_max:.2f} FLOPs per byte** and reach {ew_rate / 1e9:.2f} GFLOP/s: "
-        f"{mm_rate / ew_rate:.0f}× slower per FLOP than the matrix products.",
+        "Matrix products wait on arithmetic: all but a sliver of their time lies right of this machine's ridge. "
+        f"Element-wise ops wait on memory: they do a fraction of a FLOP per byte and run **{mm_rate / ew_rate:.0f}×** "
+        "slower per FLOP.",
+    ], [
+        f"This machine's roofs: {r['peak'] / 1e9:.1f} GFLOP/s (fp32 matrix products), {r['bandwidth'] / 1e9:.1f} GB/s "
+        f"(triad); they meet at {r['ridge']:.1f} FLOPs per byte.",
+        f"Matrix products: {right:.0%} of their time right of the ridge, at {mm_rate / r['peak']:.0%} of the peak.",
+        f"The fastest, `{best_mm['name']} {best_mm['shapes']}`, ran at {best_mm['flop_rate'] / r['peak']:.0%} of the "
+        f"peak{better}.",
+        f"Element-wise ops: at most {ew_max:.2f} FLOPs per byte, {ew_rate / 1e9:.2f} GFLOP/s.",
     ])
-
