@@ -43,12 +43,14 @@ def findings(ledger: Ledger, S: Settings, pk: dict) -> Findings:
         ledger.add("sqrt_peak", f"√L segments keep less than every block but peak higher (peak of every {k} ÷ peak "
                    "of every block)", s["peak"] / b["peak"], at_least(1.1), kind="measured")
     ledger.note("peaks", {label(p, kk, L): v for (p, kk), v in pk.items()})
+    table = "| policy | kept between forward and backward (MiB) | the step's peak (MiB) |\n|---|---|---|\n" + "\n".join(
+        f"| {label(p, kk, L)} | {v['saved'] / MiB:.2f} | {v['peak'] / MiB:.2f} |" for (p, kk), v in pk.items())
+    keeps_less = s["saved"] < b["saved"]
     return Findings([
-        f"At L = {L}, √L segments (every {k} blocks) kept **{s['saved'] / MiB:.1f} MiB** between forward and "
-        f"backward, less than checkpointing every block ({b['saved'] / MiB:.1f} MiB).",
-        f"But the step's peak was **{s['peak'] / MiB:.1f} MiB** against {b['peak'] / MiB:.1f} MiB: backward "
-        "recomputes a whole segment at once.",
-    ])
+        f"No: checkpointing every {k} blocks (√L) keeps {'less' if keeps_less else 'no more'} than checkpointing "
+        f"every block, yet the step peaks **{s['peak'] / b['peak']:.1f}×** higher, because backward recomputes a "
+        "whole segment at once. The peak is what must fit.",
+    ], [table, f"L = {L} blocks, everything but the parameters counted."])
 
 
 ANATOMY_POLICIES = {"none": "no checkpointing", "block": "every block checkpointed"}
@@ -86,13 +88,14 @@ def anatomy_findings(ledger: Ledger, pk: dict, an: dict[str, dict]) -> Findings:
                "tensors autograd saved (saved-tensor hooks, above), with and without checkpointing (worst relative "
                "difference)", off, approx(0.0, abs=0.01), kind="measured")
     none, block = an["none"]["peak"], an["block"]["peak"]
+    where = lambda pk: "in backward" if pk["grads"] > 0 else "at the end of forward"  # gradients exist only in backward
+    rows = [("activations after forward", acts["none"], acts["block"])] + [
+        (f"at the peak: {ANATOMY_LABELS[kind].lower()}", none[kind], block[kind]) for kind in ANATOMY if kind != "params"]
+    table = "| MiB | no checkpointing | every block checkpointed |\n|---|---|---|\n" + "\n".join(
+        f"| {name} | {a / MiB:.2f} | {b / MiB:.2f} |" for name, a, b in rows)
     return Findings([
-        f"After forward the step holds **{acts['none'] / MiB:.1f} MiB** of activations without checkpointing and "
-        f"{acts['block'] / MiB:.2f} MiB with every block checkpointed; the saved-tensor hooks counted the same "
-        f"within {off:.1%}.",
-        f"Without checkpointing the peak is the end of forward: activations {none['activations'] / MiB:.1f} MiB, "
-        f"gradients {none['grads'] / MiB:.1f}.",
-        f"With it, the peak moves into backward: gradients ({block['grads'] / MiB:.1f} MiB) build up beside one "
-        f"recomputed block's activations ({block['activations'] / MiB:.2f} MiB) and temporaries "
-        f"({block['temp'] / MiB:.2f} MiB).",
-    ])
+        f"Without checkpointing the step peaks {where(none)}, holding every activation; with every block "
+        f"checkpointed it peaks {where(block)}, where the gradients build up beside one recomputed block.",
+        f"The two instruments agree: MemTracker's activations after forward match the saved-tensor count within "
+        f"**{off:.1%}**.",
+    ], [table])
