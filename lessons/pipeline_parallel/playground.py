@@ -28,6 +28,7 @@ def measured_panel(S: Settings, results: dict[int, dict]) -> tuple[Panel, RunCac
         cache.store[cache.key(dict(p=p, schedule=s, m=m))] = iv
 
     def draw(p, schedule, m):
+        schedule = Schedule(schedule)  # the control holds the plain name (its starting value prints as one)
         if not runs_at(schedule, p, m):
             raise ValueError(f"{schedule} does not run at p = {p}, m = {m} (1F1B needs m ≥ p, interleaving m a "
                              "multiple of p)")
@@ -35,7 +36,7 @@ def measured_panel(S: Settings, results: dict[int, dict]) -> tuple[Panel, RunCac
 
     controls = {
         "p": W.SelectionSlider(options=list(S.worlds), value=max(S.worlds), description="stages p"),
-        "schedule": W.Dropdown(options=[(str(s), s) for s in SCHEDULES], value=Schedule.ONE_F_ONE_B,
+        "schedule": W.Dropdown(options=[(s.value, s.value) for s in SCHEDULES], value=Schedule.ONE_F_ONE_B.value,
                                description="schedule"),
         "m": W.SelectionSlider(options=sorted(set(S.micro_batches) | {S.m}), value=max(S.worlds) * 2
                                if max(S.worlds) * 2 in S.micro_batches else S.m, description="m"),
@@ -51,21 +52,20 @@ def exercises(ledger: Ledger) -> list[Exercise]:
     ledger.note("plain_1f1b_pp16_m16_idle", llama)  # 15/31: a formula, noted rather than claimed
 
     return [
-        Exercise("The quoted 78.9%", "4 stages, 16 micro-batches, GPipe or 1F1B: what fraction of the time is idle, "
+        Exercise("The quoted efficiency", "4 stages, 16 micro-batches, GPipe or 1F1B: what fraction of the time is idle, "
                  "and what fraction is useful work (in %)?", {"bubble": "bubble %", "eff": "efficiency %"},
                  answer_check({"bubble": 100 * bubble_fraction(4, 16), "eff": 100 * pipeline_efficiency(4, 16)}),
-                 f"Bubble = (p−1)/(m+p−1) = 3/19 = **{bubble_fraction(4, 16):.1%}**; efficiency m/(m+p−1) = 16/19 = "
-                 f"**{pipeline_efficiency(4, 16):.1%}**. The quoted (m−1)/(m+p−1) = 15/19 = 78.9% subtracts one "
-                 "micro-batch that is not idle."),
+                 f"Bubble $(p-1)/(m+p-1) = 3/19$ = **{bubble_fraction(4, 16):.1%}**; efficiency $m/(m+p-1) = 16/19$ "
+                 f"= **{pipeline_efficiency(4, 16):.1%}**. The quoted $(m-1)/(m+p-1) = 15/19$ counts one micro-batch "
+                 "too few as work."),
         Exercise("Enough micro-batches", "With p = 8 stages, how many micro-batches m make the bubble at most 5%?",
                  {"m": "smallest m"}, answer_check({"m": m_needed}),
-                 f"(p−1)/(m+p−1) ≤ 0.05 ⇔ m ≥ 19(p−1) = 133: **m = {m_needed}**. Deep pipelines need large global "
-                 "batches — or interleaving."),
-        Exercise("Interleaving a deep pipeline", "Plain 1F1B with p = 16 stages and m = 16 micro-batches idles 15/31. "
-                 "How many chunks of layers per rank (v) bring the interleaved bubble (p−1)/(v·m+p−1) to at most "
-                 "20%? (Llama 3 405B was trained with 16 pipeline stages and an interleaved schedule.)",
-                 {"v": "smallest v"}, answer_check({"v": v_needed}),
-                 f"15/(16v + 15) ≤ 0.2 ⇔ v ≥ 3.75: **v = {v_needed}**, bubble {bubble_fraction(16, 16, v_needed):.1%}. "
-                 "Each rank then sends v times as many activations: interleaving trades communication for idle "
-                 "time."),
+                 f"$(p-1)/(m+p-1) \\le 0.05 \\iff m \\ge 19(p-1)$: **m = {m_needed}**. Deep pipelines need large "
+                 "global batches — or interleaving."),
+        Exercise("Interleaving a deep pipeline", "Llama 3 405B was trained with 16 pipeline stages and an interleaved "
+                 "schedule. With as many micro-batches as stages, how many chunks of layers per rank (v) bring the "
+                 "bubble to at most 20%?", {"v": "smallest v"}, answer_check({"v": v_needed}),
+                 f"$15/(16v + 15) \\le 0.2 \\iff v \\ge 3.75$: **v = {v_needed}**, a bubble of "
+                 f"{bubble_fraction(16, 16, v_needed):.0%}. Each rank then sends $v$ times as many activations: "
+                 "interleaving trades communication for idle time."),
     ]

@@ -28,13 +28,13 @@ def panel(S: Settings) -> Panel:
     """Schedule, p, m, v → the static grid and the formula, redrawn at once (no processes). v shows only under the
     interleaved schedule, the one it applies to."""
     def draw(schedule, p, m, v):
-        asked = m
+        schedule, asked = Schedule(schedule), m
         if schedule == Schedule.INTERLEAVED and m % p:
             m = p * max(1, round(m / p))  # interleaving needs m a multiple of p: the nearest one, said in the title
         return grid_figure(schedule, p, m, v, asked_m=asked)
 
     controls = {
-        "schedule": W.Dropdown(options=[(str(s), s) for s in SCHEDULES], value=Schedule.ONE_F_ONE_B,
+        "schedule": W.Dropdown(options=[(s.value, s.value) for s in SCHEDULES], value=Schedule.ONE_F_ONE_B.value,
                                description="schedule"),
         "p": W.IntSlider(value=max(S.worlds), min=2, max=8, description="stages p"),
         "m": W.IntSlider(value=S.m, min=1, max=max(32, S.m), description="micro-batches m"),
