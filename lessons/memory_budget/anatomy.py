@@ -37,16 +37,18 @@ def findings(ledger: Ledger, a: dict) -> Findings:
     per_param = (states["params"] + states["grads"] + states["optimizer"]) / n
     acts = m["after forward"]["activations"]
     ledger.add("sixteen_bytes", "fp32 AdamW holds 4 + 4 + 8 = 16 bytes per parameter after its step (parameters, "
-               "gradients, m and v; MemTracker)", per_param, approx(16.0, rel=0.01), kind="measured")
+               "gradients, Adam's two moments; MemTracker)", per_param, approx(16.0, rel=0.01), kind="measured")
     ledger.add("backward_frees", "Backward frees the activations it was kept for (after backward ÷ after forward)",
-               m["after backward"]["activations"] / acts, at_most(0.01), kind="measured")
+               m["after backward"]["activations"] / acts, at_most(0.01), kind="measured", detail=True)
     peak = m["peak"]
     share = peak["activations"] / sum(peak.values())
     return Findings([
-        f"**{per_param:.2f} bytes per parameter** after the optimizer step: parameters, gradients, and Adam's m and "
-        "v, 4 bytes each.",
-        f"**Activations come and go**: {acts / 2**20:.1f} MiB after forward, "
-        f"{m['after backward']['activations'] / 2**20:.2f} MiB after backward.",
-        f"**At the peak, activations are {share:.0%}** of what this small model holds; at real sizes they can "
-        "dominate (the calculator below).",
+        f"Into model states and activations. The model states are **{per_param:.0f}** bytes per parameter here: "
+        "the parameters, their gradients and Adam's two moments, 4 bytes each in fp32.",
+        f"Activations come and go: backward frees them, and at the step's peak they are **{share:.0%}** of what this "
+        "small model holds; at real sizes they can dominate.",
+    ], [
+        f"Model states after the optimizer step: {per_param:.2f} bytes per parameter, {n:,} parameters.",
+        f"Activations: {acts / 2**20:.1f} MiB after forward, {m['after backward']['activations'] / 2**20:.2f} MiB "
+        "after backward.",
     ])

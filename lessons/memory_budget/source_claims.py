@@ -34,12 +34,12 @@ def findings(ledger: Ledger, c: dict) -> Findings:
                "fp32 master copy: with it, mixed-precision AdamW keeps 16 bytes/param, 1.0× fp32 + Adam's (ratio)",
                mixed.model_states / fp32.model_states, approx(1.0, rel=1e-9),
                source="a widely repeated statement (12, 0.75×)", kind="computed")
-    ledger.add("articles_12_is_16_minus_master", "… its 12 is exactly 16 − the 4-byte master copy (bytes/param "
-               "without it)", without_master, approx(12.0, rel=1e-9), kind="computed")
+    ledger.add("articles_12_is_16_minus_master", "The quoted 12 bytes/param is exactly 16 − the 4-byte master copy "
+               "(bytes/param without it)", without_master, approx(12.0, rel=1e-9), kind="computed", detail=True)
     fp32_states = (mixed.parts["master weights"] + mixed.parts["optimizer state"]) / GB
     ledger.add("articles_7b_84", "Another widely repeated 7B breakdown 14 + 14 + 84 + 16 GB is consistent: its 84 "
-               "GB is master + m + v = 12 bytes/param of fp32 state (GB)", fp32_states, approx(84.0, rel=1e-9),
-               source="a widely repeated statement", kind="computed")
+               "GB is the master copy and Adam's two moments = 12 bytes/param of fp32 state (GB)", fp32_states, approx(84.0, rel=1e-9),
+               source="a widely repeated statement", kind="computed", detail=True)
     z1 = c["zero1_70b"]
     ledger.add("articles_70b_zero1", "'70B would need 32+ GPUs with ZeRO-1' — no number of GPUs fits: ZeRO-1 keeps "
                "the whole bf16 weights and gradients on every GPU, ≥ 280 GB (per-GPU model states at N = 4096, GB)",
@@ -49,18 +49,27 @@ def findings(ledger: Ledger, c: dict) -> Findings:
     ledger.add("articles_offload_ddp", "'CPU offloading: 4–8× less GPU memory' holds unsharded: offloading AdamW's "
                "state and master copy takes DDP from 16 to 4 bytes/param (ratio)", saved["DDP"], approx(4.0, rel=1e-9),
                source="a widely repeated statement (4–8×, 20–50% overhead)", kind="computed")
-    ledger.add("articles_offload_zero2", "… but once ZeRO has sharded that state, offloading it saves far less "
+    ledger.add("articles_offload_zero2", "… but once ZeRO has sharded that state, offloading it saves under 2× "
                "(ZeRO-2 on 8 GPUs, ratio)", saved["ZeRO-2"], at_most(2.0), kind="computed")
     ledger.note("offload_saved", saved)
+    sharded = max(saved["ZeRO-1"], saved["ZeRO-2"])
+    z1_table = "| GPUs | 70B's model states per GPU under ZeRO-1 (GB) |\n|---|---|\n" + "\n".join(
+        f"| {n:,} | {v / GB:,.0f} |" for n, v in z1.items())
+    off_table = "| 7B on 8 GPUs | GPU memory saved by offloading |\n|---|---|\n" + "\n".join(
+        f"| {k} | {v:.2f}× |" for k, v in saved.items())
+    same = mixed.model_states == fp32.model_states
     return Findings([
-        f"**\"12 bytes/param, 0.75×\"**: bf16 weights, bf16 gradients and fp32 m and v make {without_master:.0f}. "
-        f"Mixed precision also keeps an fp32 master copy (4): {mixed.bytes_per_param():.0f} bytes/param, "
-        f"**{mixed.model_states / fp32.model_states:.2f}×** fp32 + Adam's, not 0.75×.",
-        f"**\"7B = 14 + 14 + 84 + 16 GB\"** is right: master + m + v come to {fp32_states:.0f} GB, 12 bytes/param "
-        "*with* the master copy. The two statements count the same bytes differently.",
-        "**\"70B needs 32+ GPUs with ZeRO-1\"**: ZeRO-1 leaves the bf16 weights and gradients (280 GB) whole on every "
-        "GPU. Per GPU: " + ", ".join(f"N = {n}: {v / GB:,.0f} GB" for n, v in z1.items()) + ", never under 80.",
-        "**\"CPU offloading: 4–8× less GPU memory\"**: offloading optimizer state and master copy saves "
-        + ", ".join(f"{k} {v:.2f}×" for k, v in saved.items()) + " on 8 GPUs. Under ZeRO-1 and 2 that state is "
-        "already sharded, small beside the whole weights and gradients.",
+        "\"12 bytes per parameter, 0.75×\" forgets the fp32 master copy: with it, mixed-precision AdamW keeps "
+        + ("as much as fp32 Adam." if same else f"{mixed.model_states / fp32.model_states:.2f}× fp32 Adam's."),
+        f"The 7B breakdown agrees: its largest term, **{fp32_states:.0f} GB**, is the master copy and Adam's two "
+        "moments. The two statements count the same bytes differently.",
+        f"No number of GPUs fits 70B under ZeRO-1: it keeps the whole bf16 weights and gradients, "
+        f"**{z1[max(z1)] / GB:.0f} GB**, on every GPU.",
+        f"Offloading cuts GPU memory **{saved['DDP']:.0f}×** without sharding, but under ZeRO-1 and ZeRO-2 the state "
+        f"it moves is already sharded: it saves **{sharded:.1f}×** at most.",
+    ], [
+        f"Bytes per parameter: {without_master:.0f} without the master copy, {mixed.bytes_per_param():.0f} with it "
+        "(computed).",
+        z1_table,
+        off_table,
     ])

@@ -80,7 +80,11 @@ def findings(ledger: Ledger, states: list[dict], acts: list[dict]) -> Findings:
     else:  # GPU attention kernels keep their own extra statistics
         ledger.add("acts_10pct", "Predicted activation bytes within 10% of measured (GPU kernels; worst)", worst,
                    at_most(0.10), kind="measured")
-    return Findings([
-        f"Model states: **{exact} of {len(states)}** model × optimizer pairs predicted to the byte.",
-        f"Activations: the worst gap between predicted and measured is **{worst:.2%}** over {len(acts)} shapes.",
-    ])
+    acts_words = "to the byte" if worst == 0 else f"within **{worst:.1%}**"
+    states_words = (f"all **{exact}** model × optimizer pairs' model states to the byte" if exact == len(states) else
+                    f"the model states of only **{exact} of {len(states)}** model × optimizer pairs to the byte")
+    return Findings([f"{'Yes' if exact == len(states) else 'Not quite'}: it predicts {states_words}, and the "
+                     f"activations of every shape {acts_words}."],
+                    [f"Model states: {exact} of {len(states)} model × optimizer pairs predicted to the byte.",
+                     f"Activations: the worst gap between predicted and measured is {worst:.2%} over {len(acts)} "
+                     "shapes."])

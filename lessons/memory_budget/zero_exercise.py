@@ -17,7 +17,7 @@ def calculator(stage: int, N: int) -> float:
 
 CASES = [
     Case("no ZeRO, 8 GPUs", (0, 8), hint="stage 0 shards nothing: 2 + 2 + 4 + 8 bytes on every GPU"),
-    Case("ZeRO-1, 8 GPUs", (1, 8), hint="stage 1 shards the fp32 master copy and Adam's m and v (12 bytes) over N"),
+    Case("ZeRO-1, 8 GPUs", (1, 8), hint="stage 1 shards the fp32 master copy and Adam's two moments (12 bytes) over N"),
     Case("ZeRO-2, 8 GPUs", (2, 8), hint="stage 2 shards the gradients (2 bytes) too"),
     Case("ZeRO-3, 8 GPUs", (3, 8), hint="stage 3 shards everything, the bf16 weights included: 16 / N"),
     Case("ZeRO-3, one GPU", (3, 1), hint="with N = 1 there is nothing to shard over: every stage is 16"),
