@@ -120,7 +120,8 @@ def findings(ledger: Ledger, S: Settings, results: dict[int, dict]) -> Findings:
          f"Roughly: with simulated compute the bubble tracked the formula, but one run idled **{gaps[worst]:+.2f}** "
          "beyond it: on a busy machine a rank can wake late. Rerun to see whether it holds."),
         (f"So the quoted 78.9% is one micro-batch off: at $p = {p}$, $m = {m}$ the run idled "
-         f"**{parts[key]['bubble']:.1%}**, near the formula's ${p - 1}/{m + p - 1} = {100 * bubble_fraction(p, m):.1f}\\%$."
+         f"**{parts[key]['bubble']:.1%}**, near the formula's "
+         f"${p - 1}/{m + p - 1} = {100 * bubble_fraction(p, m):.1f}\\%$."
          if near else
          f"At $p = {p}$, $m = {m}$ the run idled **{parts[key]['bubble']:.1%}**, farther from the formula's "
          f"${p - 1}/{m + p - 1} = {100 * bubble_fraction(p, m):.1f}\\%$ than this lesson claims."),

@@ -85,8 +85,8 @@ def traffic_findings(ledger: Ledger, results: dict[int, dict], S: Settings) -> F
             ratios.append(ddp_wire / pipe_wire)
             rows.append(f"| {p} | {pipe_wire:,} | {wire[-1]:.3f} | {ddp_wire:,} | {ddp[-1]:.3f} |")
     depths = " and ".join(str(p) for p in results)
-    ledger.add("p2p_counted", f"p = {depths}: the schedule hands the backend one b·s·h activation forward and one gradient "
-               "backward per micro-batch per boundary (worst |counted ÷ 2(p−1)·m·b·s·h·4 − 1|)", counted_off,
+    ledger.add("p2p_counted", f"p = {depths}: the schedule hands the backend one b·s·h activation forward and one "
+               "gradient backward per micro-batch per boundary (worst |counted ÷ 2(p−1)·m·b·s·h·4 − 1|)", counted_off,
                at_most(1e-9), kind="counted", detail=True)
     act = results[min(results)]["ranks"][0]["traffic"]["activation_bytes"]
     if not wire:
@@ -103,6 +103,7 @@ def traffic_findings(ledger: Ledger, results: dict[int, dict], S: Settings) -> F
     return Findings([
         f"Far less than data parallelism: only activations between neighbours, while DDP's all-reduce of every "
         f"gradient put at least **{int(min(ratios))}×** as many bytes on the wire.",
-        f"The pipeline's bytes on the wire matched $2(p-1)\\,m\\,bsh \\cdot 4$ within **{max(abs(x - 1) for x in wire):.0%}**.",
+        f"The pipeline's bytes on the wire matched $2(p-1)\\,m\\,bsh \\cdot 4$ within "
+        f"**{max(abs(x - 1) for x in wire):.0%}**.",
     ], ["| p | pipeline, bytes on the wire | ÷ predicted | DDP, bytes on the wire | ÷ ring prediction |\n"
         "|---|---|---|---|---|\n" + "\n".join(rows), f"One micro-batch's activation, b·s·h·4 bytes: {act:,}."])

@@ -52,8 +52,8 @@ def findings(ledger: Ledger, results: dict[int, dict]) -> Findings:
     return Findings([
         answer,
         f"Trained with 1F1B for {steps} steps, the pipeline's losses stay within **{curve:.0e}** of one process's.",
-    ], ["| p | backend | schedules that ran | worst gradient difference | worst loss difference |\n|---|---|---|---|---|\n"
-        + "\n".join(rows)])
+    ], ["| p | backend | schedules that ran | worst gradient difference | worst loss difference |\n"
+        "|---|---|---|---|---|\n" + "\n".join(rows)])
 
 
 def training_figure(results: dict[int, dict]) -> go.Figure:

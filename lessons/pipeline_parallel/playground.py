@@ -52,8 +52,8 @@ def exercises(ledger: Ledger) -> list[Exercise]:
     ledger.note("plain_1f1b_pp16_m16_idle", llama)  # 15/31: a formula, noted rather than claimed
 
     return [
-        Exercise("The quoted efficiency", "4 stages, 16 micro-batches, GPipe or 1F1B: what fraction of the time is idle, "
-                 "and what fraction is useful work (in %)?", {"bubble": "bubble %", "eff": "efficiency %"},
+        Exercise("The quoted efficiency", "4 stages, 16 micro-batches, GPipe or 1F1B: what fraction of the time is "
+                 "idle, and what fraction is useful work (in %)?", {"bubble": "bubble %", "eff": "efficiency %"},
                  answer_check({"bubble": 100 * bubble_fraction(4, 16), "eff": 100 * pipeline_efficiency(4, 16)}),
                  f"Bubble $(p-1)/(m+p-1) = 3/19$ = **{bubble_fraction(4, 16):.1%}**; efficiency $m/(m+p-1) = 16/19$ "
                  f"= **{pipeline_efficiency(4, 16):.1%}**. The quoted $(m-1)/(m+p-1) = 15/19$ counts one micro-batch "
