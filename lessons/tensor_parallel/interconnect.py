@@ -22,27 +22,29 @@ def nvlink_vs_network() -> dict:
 
 
 def findings(ledger: Ledger, ratio: dict) -> Findings:
-    ledger.add("tp_nvlink", "\"TP requires fast interconnect\": over NVLink, GPT-3's TP 8 all-reduces cost under "
+    ledger.add("tp_nvlink", "\"TP requires fast interconnect\": over NVLink, GPT-3's tp = 8 all-reduces cost under "
                "10% of the compute time (computed, TP comm ÷ compute)", ratio["nvlink"], at_most(0.10),
                source="a widely repeated statement", kind="computed")
-    ledger.add("tp_network", "… across nodes (HDR, 25 GB/s per GPU) at least half of it (computed)", ratio["network"],
-               at_least(0.5), kind="computed")
+    ledger.add("tp_network", "\"TP requires fast interconnect\": across nodes (HDR, 25 GB/s per GPU) the same tp = 8 "
+               "all-reduces cost at least half of the compute time (computed)", ratio["network"], at_least(0.5),
+               source="a widely repeated statement", kind="computed")
     return Findings([
-        f"Over NVLink, GPT-3's tensor-parallel all-reduces cost **{ratio['nvlink']:.1%}** of the compute time; the "
-        f"same TP 8 across nodes would cost **{ratio['network']:.0%}** (computed). Tensor parallelism stays inside a "
-        "node.",
+        f"Because its all-reduces sit on every layer's critical path: for GPT-3 over NVLink they cost "
+        f"**{ratio['nvlink']:.0%}** of the compute time; across nodes they would cost **{ratio['network']:.0%}** "
+        "(computed).",
         "Lesson 16 weighs this against the pipeline's bubble and the other collectives for every layout of a "
         "cluster.",
     ])
 
 
 def exercises(ledger: Ledger) -> list[Exercise]:
-    per_layer = 8 * (8 - 1) / 8 * 4 * 2048 * 12288 * 2 / GB  # 8(t−1)/t · b·s·h elements, bf16
+    per_layer = 8 * (8 - 1) / 8 * 4 * 2048 * 12288 * 2 / GB  # 8(tp−1)/tp · b·s·h elements, bf16
     ledger.note("exercise_bytes_per_layer_gb", per_layer)
     return [
-        Exercise("Bytes per layer", "GPT-3: h = 12288, sequence 2048, micro-batch 4, bf16 activations (2 bytes). With "
-                 "tp = 8 under ring all-reduces, how many GB does each GPU send per layer for one forward and "
-                 "backward: 8·(t−1)/t·b·s·h elements?", {"gb": "GB per layer"}, answer_check({"gb": per_layer}),
-                 f"8 × 7/8 × 4·2048·12288 × 2 bytes = **{per_layer:.2f} GB** per layer and micro-batch; 96 layers "
-                 f"make that {96 * per_layer:.0f} GB per micro-batch, which only NVLink carries fast enough."),
+        Exercise("Bytes per layer", "GPT-3 with the shape in the table above: how many GB does each GPU send per layer "
+                 "for one forward and backward, under ring all-reduces, in bf16?", {"gb": "GB per layer"},
+                 answer_check({"gb": per_layer}),
+                 "$8 \\cdot \\frac{7}{8} \\cdot 4 \\cdot 2048 \\cdot 12288 \\cdot 2$ bytes = "
+                 f"**{per_layer:.2f} GB** per layer and micro-batch; over $L = 96$ layers, {96 * per_layer:.0f} GB "
+                 "per micro-batch, which only NVLink carries fast enough."),
     ]

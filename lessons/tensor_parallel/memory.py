@@ -38,19 +38,30 @@ def figure(rows: list[tuple]) -> go.Figure:
 
 def findings(ledger: Ledger, rows: list[tuple], S: Settings) -> Findings:
     exact = all(measured == pred for _, _, measured, pred in rows)
-    ledger.add("mem_exact", f"Activation bytes per rank equal labtools.budget's prediction exactly: none, TP, TP + SP "
-               f"at tp = {', '.join(str(t) for t in S.worlds)} (measured vs predicted, fp32)", exact, is_true(),
-               kind="measured")
-    t = max(S.worlds)
+    ledger.add("mem_exact", "Activation bytes per rank equal the lab's calculator's prediction exactly (lesson 06): "
+               f"none, TP, TP + SP at tp = {', '.join(str(tp) for tp in S.worlds)} (measured vs predicted, fp32)",
+               exact, is_true(), kind="measured")
+    tp = max(S.worlds)
     # bytes per b·s·h per layer in fp16 (2 bytes an element), Korthikanti et al.'s units, their s×s scores left out
-    ours = {sp: 2 * (2 + 14 / t if sp else 4 + 12 / t) for sp in (False, True)}
-    theirs = {False: 10 + 24 / t, True: 34 / t}
-    ledger.note("fp16_bytes_per_bsh_layer", {"ours": ours, "korthikanti_without_scores": theirs, "t": t})
+    ours = {sp: 2 * (2 + 14 / tp if sp else 4 + 12 / tp) for sp in (False, True)}
+    theirs = {False: 10 + 24 / tp, True: 34 / tp}
+    ledger.note("fp16_bytes_per_bsh_layer", {"ours": ours, "korthikanti_without_scores": theirs, "tp": tp})
     worst = max(abs(m - p) / p for _, _, m, p in rows)
+    at = {variant: m for t_, variant, m, _ in rows if t_ == tp}
+    table = ("| tp | split | measured, MiB | predicted, MiB |\n|---|---|---|---|\n"
+             + "\n".join(f"| {t_} | {variant} | {m / 2**20:.2f} | {p / 2**20:.2f} |" for t_, variant, m, p in rows))
+    sources = ("| fp16 bytes per $bsh$ per layer, $tp$ = " + str(tp) + " | with TP | with TP + SP |\n|---|---|---|\n"
+               f"| the lab's block (DTensor) | $8 + 24/tp$ = {ours[False]:.1f} | $4 + 28/tp$ = {ours[True]:.1f} |\n"
+               f"| Korthikanti et al., $s \\times s$ scores left out | $10 + 24/tp$ = {theirs[False]:.1f} | "
+               f"$34/tp$ = {theirs[True]:.1f} |")
     return Findings([
-        f"Measured equals predicted in every case: the worst gap is **{worst:.1%}**.",
-        f"In fp16 bytes per b·s·h per layer at t = {t}, the lab's block keeps 8 + 24/t = **{ours[False]:.1f}** with "
-        f"TP; Korthikanti et al.'s 10 + 24/t = {theirs[False]:.1f} (their s×s scores left out) adds two dropout masks.",
-        f"With SP, the lab's block keeps 4 + 28/t = **{ours[True]:.1f}**, theirs 34/t = {theirs[True]:.1f}: DTensor "
-        "keeps the all-gathered inputs of c_attn and c_fc for backward; Megatron-LM gathers them again.",
-    ])
+        ("What the lab's calculator predicts, to the byte" if exact else
+         f"Close to the lab's calculator's prediction (worst gap **{worst:.1%}**)")
+        + ": with TP, $4 + 12/tp$ of lesson 05's 16 tensors per block; with sequence parallelism, $2 + 14/tp$.",
+        f"With four ranks, TP cut each rank's activations to **{at['tp'] / at['none']:.0%}** of one rank's, and "
+        f"TP + SP to **{at['tp+sp'] / at['none']:.0%}**." if tp == 4 else
+        f"At the largest size, TP cut each rank's activations to **{at['tp'] / at['none']:.0%}** of one rank's, and "
+        f"TP + SP to **{at['tp+sp'] / at['none']:.0%}**.",
+    ], [table, sources,
+        "Korthikanti et al.'s block keeps two dropout masks the lab's lacks. With SP, DTensor keeps the all-gathered "
+        "inputs of c_attn and c_fc for backward, where Megatron-LM gathers them again."])

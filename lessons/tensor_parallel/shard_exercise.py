@@ -1,6 +1,6 @@
 """Lesson 10, your turn: split an MLP for tensor parallelism, checked two ways: each rank's shards are the ones the
 lab's ColumnParallelLinear / RowParallelLinear (and DTensor's ColwiseParallel / RowwiseParallel, Shard(0) and
-Shard(1)) hold, and the t ranks' partial outputs add up to the unsplit MLP's output (the all-reduce g)."""
+Shard(1)) hold, and the tp ranks' partial outputs add up to the unsplit MLP's output (the all-reduce g)."""
 
 import html
 import inspect
@@ -11,13 +11,13 @@ from IPython.display import HTML, display
 
 from labtools.exercises import NOT_WRITTEN, Outcome, difference, is_stub, outcome, where_it_failed
 
-HINT = ("c_fc is column-parallel: rank r keeps rows r·4h/t … (r+1)·4h/t of its weight (out × in) and the same slice "
+HINT = ("c_fc is column-parallel: rank r keeps rows r·4h/tp … (r+1)·4h/tp of its weight (out × in) and the same slice "
         "of its bias; c_proj is row-parallel: rank r keeps the same range of its weight's columns")
 
 
-def reference(W_fc, b_fc, W_proj, t, r):
-    """Rank r's shards of an MLP y = gelu(x W_fcᵀ + b_fc) W_projᵀ + b_proj split t ways: (W_fc_r, b_fc_r, W_proj_r)."""
-    n = W_fc.shape[0] // t                 # hidden units per rank (4h / t)
+def reference(W_fc, b_fc, W_proj, tp, r):
+    """Rank r's shards of an MLP y = gelu(x W_fcᵀ + b_fc) W_projᵀ + b_proj split tp ways: (W_fc_r, b_fc_r, W_proj_r)."""
+    n = W_fc.shape[0] // tp                # hidden units per rank (4h / tp)
     rows = slice(r * n, (r + 1) * n)
     return W_fc[rows], b_fc[rows], W_proj[:, rows]  # column-parallel c_fc; row-parallel c_proj (its bias: added once)
 
@@ -31,24 +31,24 @@ def _mlp(h: int, seed: int):
 
 
 def check_shards(fn) -> Outcome:
-    """Your shards for t = 2 and 4 (every rank), then the sum of the t partial outputs against the unsplit MLP."""
+    """Your shards for tp = 2 and 4 (every rank), then the sum of the tp partial outputs against the unsplit MLP."""
     if is_stub(fn):
         return Outcome("not written", NOT_WRITTEN)
     results = []
-    for h, t in ((8, 2), (16, 4)):
-        x, W_fc, b_fc, W_proj, b_proj = _mlp(h, seed=t)
+    for h, tp in ((8, 2), (16, 4)):
+        x, W_fc, b_fc, W_proj, b_proj = _mlp(h, seed=tp)
         full = F.gelu(x @ W_fc.T + b_fc) @ W_proj.T + b_proj
         partial_sum = torch.zeros_like(full)
-        name = f"h = {h} split over t = {t} ranks"
-        for r in range(t):
+        name = f"h = {h} split over tp = {tp} ranks"
+        for r in range(tp):
             try:
-                got = fn(W_fc.clone(), b_fc.clone(), W_proj.clone(), t, r)
+                got = fn(W_fc.clone(), b_fc.clone(), W_proj.clone(), tp, r)
             except NotImplementedError:
                 return Outcome("not written", NOT_WRITTEN)
             except Exception as e:  # noqa: BLE001 - the learner's error becomes a message, not a traceback
                 return outcome([{"case": f"{name}, rank {r}", "error": where_it_failed(e, fn.__code__.co_filename),
                                  "hint": HINT}], tol=0.0, what="", reference="")
-            expected = reference(W_fc, b_fc, W_proj, t, r)
+            expected = reference(W_fc, b_fc, W_proj, tp, r)
             if not (isinstance(got, (tuple, list)) and len(got) == 3):
                 return outcome([{"case": f"{name}, rank {r}", "error": "return three tensors: (W_fc_r, b_fc_r, "
                                  "W_proj_r)"}], tol=0.0, what="", reference="")
