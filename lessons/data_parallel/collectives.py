@@ -19,7 +19,7 @@ KINDS = {
     "all_reduce": "every rank ends with the sum",
     "reduce_scatter": "the sum, cut in N chunks: rank r keeps chunk r",
     "all_gather": "each rank's chunk r, gathered on every rank",
-    "all_to_all": "chunk c of rank r goes to rank c",
+    "all_to_all": "rank r's chunk i goes to rank i",
 }
 RING = "ring_all_reduce"
 
@@ -127,7 +127,11 @@ def findings(ledger: Ledger, res: list[dict]) -> Findings:
     ledger.add("pictures_real", f"Every collective's picture matches {n} real ranks ({len(agree)} collectives, "
                "the written-out ring's last step included)", all(agree.values()), is_true(), kind="measured")
     same = sum(agree.values())
-    return Findings([f"**{same} of {len(agree)}** pictures match what {n} real ranks held afterwards (each value "
-                     "a bitmask of the ranks it sums).",
-                     f"The ring, stepped from `ring_steps`, ends after {2 * (n - 1)} steps where `dist.all_reduce` "
-                     "does: every rank holds the sum of every chunk."])
+    verdict = (f"As pictured: every collective's picture matches what **{n}** real ranks held afterwards."
+               if same == len(agree) else f"Not always as pictured: only {same} of {len(agree)} pictures match what "
+               f"{n} real ranks held afterwards.")
+    return Findings([verdict, f"The ring, stepped send by send, ends after **{2 * (n - 1)}** steps where "
+                              "`dist.all_reduce` does: every rank holds the sum of every chunk."],
+                    [f"Collectives checked: {len(agree)}, each on every rank and every chunk.",
+                     "Each rank r starts with the value 2^r in every chunk, so a value held afterwards names exactly "
+                     "the ranks it sums."])

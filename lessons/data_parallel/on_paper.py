@@ -14,13 +14,14 @@ def allreduce_answers(n: int = 256, params: float = 70e9, link_gbps: float = 100
 
 
 def allreduce_exercise() -> Exercise:
+    """The givens (N = 256, 70B parameters, bf16 gradients, a 100 Gb/s link, α = 10 µs) are in the notebook's table."""
     ar = allreduce_answers()
     return Exercise(
-        "A 70B all-reduce", "Data parallelism over N = 256 GPUs, bf16 gradients (2 bytes each), a ring all-reduce over "
-        "a 100 Gb/s link per GPU with α = 10 µs per step. How many GB does each GPU send, and how many seconds does "
-        "the all-reduce take (time = 2(N−1)·α + bytes sent ÷ bandwidth)?",
+        "A 70B all-reduce", "With the givens in the table above: how many GB does each GPU send, and how many seconds "
+        "does the all-reduce take?",
         {"volume_gb": "GB sent per GPU", "seconds": "seconds"}, answer_check(ar),
-        "M = 70e9 × 2 B = 140 GB. The ring sends 2(N−1)/N · M = 2 · 255/256 · 140 = "
-        f"**{ar['volume_gb']:.1f} GB** per GPU. At 100 Gb/s = 12.5 GB/s that is {ar['volume_gb'] / 12.5:.2f} s, plus "
-        f"2 · 255 · 10 µs = 5.1 ms of latency: **{ar['seconds']:.2f} s**, every step, unless it overlaps backward or "
-        "the states are sharded (lesson 08).")
+        "- Gradients: $M = 70\\text{B} \\times 2$ bytes $= 140$ GB.\n\n"
+        f"- Sent per GPU: $2\\frac{{N-1}}{{N}}M = 2 \\cdot \\frac{{255}}{{256}} \\cdot 140$ GB = **{ar['volume_gb']:.1f} GB**.\n\n"
+        f"- Time: $2 \\cdot 255 \\cdot 10\\,\\mu s + {ar['volume_gb']:.1f}\\text{{ GB}} / 12.5\\text{{ GB/s}}$ (a 100 Gb/s "
+        f"link) = **{ar['seconds']:.2f} s**, every step, unless it overlaps backward or the states are sharded "
+        "(lesson 08).")

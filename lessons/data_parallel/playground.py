@@ -17,7 +17,7 @@ def ddp_panel(S: Settings, acc: list[dict] | None = None) -> tuple[Panel, RunCac
     panel's run of this first setting, so the panel opens without a launch of its own."""
     def run(world, accum_k, bucket_cap_mb):
         res = launch(ranks.panel_run, world, ranks.panel_job(S, accum_k, bucket_cap_mb),
-                     desc=f"DDP × {world}, k={accum_k}", timeout_s=TIMEOUT_S)
+                     desc=f"DDP × {world}, G={accum_k}", timeout_s=TIMEOUT_S)
         return res[0]
 
     cache = RunCache(run)
