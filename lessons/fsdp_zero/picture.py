@@ -108,14 +108,22 @@ def timeline_findings(ledger: Ledger, shard: dict[int, list[dict]]) -> Findings:
     ledger.add("z3_gathers_twice", "ZeRO-3 gathers every unit's parameters again in backward: as many all-gathers in "
                "backward as in forward (rank 0's calls, in order)", z3["backward"]["all-gather"]
                / max(z3["forward"]["all-gather"], 1), approx(1.0, abs=1e-9), kind="counted")
-    ledger.add("z2_keeps_them", "ZeRO-2 keeps them from forward to backward: no all-gather in backward",
+    ledger.add("z2_keeps_them", "ZeRO-2 keeps the gathered parameters from forward to backward: no all-gather in "
+               "backward",
                z2["backward"]["all-gather"] == 0 and z2["forward"]["all-gather"] > 0, is_true(), kind="counted")
-    ledger.add("scatter_in_backward", "Both reduce-scatter every gradient during backward, none in forward",
-               all(c["forward"]["reduce-scatter"] == 0 and c["backward"]["reduce-scatter"] > 0 for c in count.values()),
-               is_true(), kind="counted")
+    ledger.add("scatter_in_backward", "ZeRO-2 and ZeRO-3 reduce-scatter every gradient during backward, none in "
+               "forward", all(c["forward"]["reduce-scatter"] == 0 and c["backward"]["reduce-scatter"] > 0
+                              for c in count.values()), is_true(), kind="counted", detail=True)
+    again = z3["backward"]["all-gather"] == z3["forward"]["all-gather"] > 0
+    kept = z2["backward"]["all-gather"] == 0
+    first = (f"ZeRO-3 gathers each of its **{z3['forward']['all-gather']}** units in forward, frees them, and gathers "
+             "them again in backward" if again else "ZeRO-3 did not gather every unit again in backward")
+    table = "| rank 0's calls | forward all-gathers | backward all-gathers | backward reduce-scatters |\n" \
+            "|---|---|---|---|\n" + "\n".join(
+                f"| {s.short} | {c['forward']['all-gather']} | {c['backward']['all-gather']} | "
+                f"{c['backward']['reduce-scatter']} |" for s, c in count.items())
     return Findings([
-        f"ZeRO-3 all-gathered {z3['forward']['all-gather']} units in forward and **{z3['backward']['all-gather']} "
-        f"again in backward**; ZeRO-2 {z2['forward']['all-gather']} in forward and none after: it kept them.",
-        f"Both reduce-scattered {z3['backward']['reduce-scatter']} units' gradients during backward, each handing "
-        "over the unit's whole gradient and keeping a quarter: only the all-gathers carry shards.",
-    ])
+        first + ("; ZeRO-2 gathers only in forward and keeps them." if kept else "; ZeRO-2 gathered in backward too."),
+        "Both reduce-scatter the gradients during backward, each call handed the unit's whole gradient, keeping a "
+        "$1/N$ share: only the all-gathers carry shards.",
+    ], [table, f"{world} ranks, one training step."])
