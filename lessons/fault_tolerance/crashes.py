@@ -27,7 +27,7 @@ def context():
 
 
 def save_seconds(numel: int, directory: Path, repeats: int = 3) -> float:
-    """Median time of one labtools.checkpoint.save of a numel-float state here (write, fsync, hash, verify)."""
+    """Median time of one checkpoint.save of a numel-float state here (write, fsync, hash, verify)."""
     state = {"w": torch.randn(numel)}
     times = []
     for i in range(repeats):
@@ -158,12 +158,12 @@ def table(c: dict) -> go.Figure:
     rows = [("in place (the tutorial recipe)", "SIGKILL while torch.save wrote checkpoint.pt",
              f"{c['in_place']['bytes_on_disk']:,} of {c['in_place']['bytes_expected']:,} bytes on disk",
              c["in_place_load"][1]),
-            ("labtools.checkpoint", "SIGKILL during a save", f"{c['atomic']['unfinished']} unfinished .tmp- directory",
+            ("the lab's checkpoint", "SIGKILL during a save", f"{c['atomic']['unfinished']} unfinished .tmp- directory",
              c["atomic_load"][1])]
     for how, (ok, msg) in c["corrupt"].items():
-        rows.append(("labtools.checkpoint", f"state.pt {'cut in half' if how == 'truncate' else 'one byte flipped'}",
+        rows.append(("the lab's checkpoint", f"state.pt {'cut in half' if how == 'truncate' else 'one byte flipped'}",
                      "load() verifies before unpickling", msg))
-    rows.append(("labtools.checkpoint", "newest checkpoint corrupted", "latest() skips it", c["corrupt_latest"][1]))
+    rows.append(("the lab's checkpoint", "newest checkpoint corrupted", "latest() skips it", c["corrupt_latest"][1]))
     return plots.table(["writer", "what happened", "on disk", "what loading it gave"], rows,
                        title="Crashes and corruption", row_height=64)
 
@@ -182,27 +182,36 @@ def findings(ledger: Ledger, S: Settings, c: dict) -> Findings:
     mid = sum(e["unfinished_saves"] > 0 for e in ev)
     ledger.add("in_place_lost", "A SIGKILL during the tutorial recipe's in-place torch.save leaves no loadable "
                "checkpoint (measured)", not c["in_place_load"][0], is_true(), kind="measured")
-    ledger.add("atomic_kept", "The same kill during labtools.checkpoint.save: latest() falls back to the previous "
+    ledger.add("atomic_kept", "The same kill during the lab's atomic save: latest() falls back to the previous "
                "checkpoint, which loads (measured)", c["atomic_load"][0], is_true(), kind="measured")
     ledger.add("random_kills", f"{len(ev)} SIGKILLs at random moments: latest() loads after every one (measured)",
                sum(e["loads"] for e in ev), approx(len(ev), abs=0), kind="measured")
     if len(ev) >= MIN_KILLS:  # with fewer, none may land mid-save by chance
-        ledger.add("random_mid_save", "… and some of them did land mid-save (kills that left an unfinished save)",
-                   mid, at_least(1), kind="measured")
+        ledger.add("random_mid_save", f"Some of the {len(ev)} random SIGKILLs did land mid-save (kills that left an "
+                   "unfinished save)", mid, at_least(1), kind="measured", detail=True)
     ledger.add("corruption", "A truncated file and a flipped byte are both refused by the hash check, before "
                "unpickling (measured)", not any(ok for ok, _ in c["corrupt"].values()), is_true(), kind="measured")
     ledger.add("skip_corrupt", "latest() skips a corrupted newest checkpoint for the one before it (measured)",
                c["corrupt_latest"][0] and c["corrupt_latest"][1].endswith(checkpoint.name(1)), is_true(),
-               kind="measured")
+               kind="measured", detail=True)
     ledger.note("save_s", c["save_s"])
+    kept = c["atomic_load"][0] and all(e["loads"] for e in ev)
+    refused = not any(ok for ok, _ in c["corrupt"].values())
     return Findings([
-        f"A save of {c['numel'] * 4 / 2**20:.0f} MB took **{c['save_s'] * 1e3:.0f} ms** here: write, fsync, hash, read "
+        ("Nothing, with an in-place save: killed mid-write, the tutorial recipe's only checkpoint no longer loaded."
+         if not c["in_place_load"][0] else
+         "With an in-place save, this time the file survived: the kill missed the write."),
+        ("With the lab's atomic save, the previous checkpoint: after every kill `latest()` found one that loaded"
+         if kept else "With the lab's atomic save, not always: some kill left nothing that loaded")
+        + ("; a damaged file was refused before a byte of it was unpickled." if refused else "."),
+    ], [
+        f"A save of {c['numel'] * 4 / 2**20:.0f} MB took {c['save_s'] * 1e3:.0f} ms here: write, fsync, hash, read "
         "back and verify.",
-        f"Killed mid-write, the tutorial recipe's single file was {c['in_place']['bytes_on_disk']:,} of "
-        f"{c['in_place']['bytes_expected']:,} bytes and would not load: nothing was left to resume from.",
-        "Killed mid-save, labtools.checkpoint lost only a hidden `.tmp-` directory; `latest()` skipped it and returned "
-        "the previous step.",
-        f"Of {len(ev)} kills at random moments, {mid} landed mid-save; after every one `latest()` returned a "
-        "checkpoint that loaded.",
-        "A half file and a flipped byte were refused by their sha256 before a single byte was unpickled.",
+        f"Killed mid-write, the in-place file held {c['in_place']['bytes_on_disk']:,} of "
+        f"{c['in_place']['bytes_expected']:,} bytes.",
+        "Killed mid-save, the lab's checkpoint lost only a hidden `.tmp-` directory; `latest()` skipped it and "
+        "returned the previous step.",
+        f"Of {len(ev)} kills at random moments, {mid} landed mid-save.",
+        "A file cut in half and one with a flipped byte were refused by their sha256; `latest()` skipped a damaged "
+        "newest checkpoint for the one before it.",
     ])

@@ -30,5 +30,6 @@ def findings(ledger: Ledger, sec: dict) -> Findings:
     ledger.add("weights_only", "torch.load(weights_only=True) refuses a checkpoint whose pickle would call a "
                "function (measured)", not ok, is_true(), kind="measured")
     first = msg.split(". ")[0].rstrip(".")
-    return Findings([f"`torch.load(path, weights_only=True)` refused the file (**{first}**) before the call could "
-                     "run."])
+    return Findings([f"Only as data: `torch.load(path, weights_only=True)` refused the file (**{first}**) before its "
+                     "call could run." if not ok else
+                     "Not here: `torch.load(path, weights_only=True)` loaded the file, call and all."])
