@@ -90,7 +90,8 @@ def anatomy_findings(ledger: Ledger, pk: dict, an: dict[str, dict]) -> Findings:
     none, block = an["none"]["peak"], an["block"]["peak"]
     where = lambda pk: "in backward" if pk["grads"] > 0 else "at the end of forward"  # gradients exist only in backward
     rows = [("activations after forward", acts["none"], acts["block"])] + [
-        (f"at the peak: {ANATOMY_LABELS[kind].lower()}", none[kind], block[kind]) for kind in ANATOMY if kind != "params"]
+        (f"at the peak: {ANATOMY_LABELS[kind].lower()}", none[kind], block[kind])
+        for kind in ANATOMY if kind != "params"]
     table = "| MiB | no checkpointing | every block checkpointed |\n|---|---|---|\n" + "\n".join(
         f"| {name} | {a / MiB:.2f} | {b / MiB:.2f} |" for name, a, b in rows)
     return Findings([

@@ -55,9 +55,10 @@ def findings(ledger: Ledger, acc: list[dict]) -> Findings:
         f"Once per step: with `no_sync()` on all but the last micro-batch, DDP all-reduced "
         + ("**once** per step" if calls_with == 1 else f"**{calls_with}** times per step")
         + f" instead of {calls_without} times, with the same gradients.",
-        f"Forgetting to divide each micro-batch's loss by G made the gradients **{a['no_sync_sum_bug']['norm_ratio']:.2f}×**"
-        " too large. " + ("Smaller buckets meant more all-reduces per step, each started as soon as its bucket filled "
-                          "during backward." if small > large else "Smaller buckets did not mean more all-reduces here."),
+        f"Forgetting to divide each micro-batch's loss by G made the gradients "
+        f"**{a['no_sync_sum_bug']['norm_ratio']:.2f}×** too large. "
+        + ("Smaller buckets meant more all-reduces per step, each started as soon as its bucket filled during "
+           "backward." if small > large else "Smaller buckets did not mean more all-reduces here."),
     ], [
         f"G = {G} micro-batches per step.",
         f"Largest gradient difference with and without `no_sync()`: {a['sync_every_micro_batch']['max_diff']:.1e}.",

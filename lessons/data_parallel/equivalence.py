@@ -82,15 +82,15 @@ def findings(ledger: Ledger, eq: dict[int, dict]) -> Findings:
                along, at_most(1e-4), kind="measured")
     ledger.add("ring", f"The ring all-reduce written out equals dist.all_reduce ({ws} ranks, worst max |Δ|)",
                max(r["ring"] for r in rows.values()), at_most(1e-5), kind="measured")
-    ledger.add("backend", "Each launch says which backend and devices it used", all(r["backend"] for r in rows.values()),
-               is_true(), kind="measured", detail=True)
+    ledger.add("backend", "Each launch says which backend and devices it used",
+               all(r["backend"] for r in rows.values()), is_true(), kind="measured", detail=True)
 
-    grads = "| ranks N | backend | DDP: max \\|Δg\\| | naive all-reduce: max \\|Δg\\| | along the run (÷ largest entry) | " \
-            "ring vs dist.all_reduce |\n|---|---|---|---|---|---|\n" + "\n".join(
+    grads = "| ranks N | backend | DDP: max \\|Δg\\| | naive all-reduce: max \\|Δg\\| | " \
+            "along the run (÷ largest entry) | ring vs dist.all_reduce |\n|---|---|---|---|---|---|\n" + "\n".join(
                 f"| {w} | {eq[w]['ranks'][0]['dist']['backend']} on {eq[w]['ranks'][0]['dist']['device']} | "
                 f"{r['ddp']:.1e} | {r['naive']:.1e} | {r['along']:.1e} | {r['ring']:.1e} |" for w, r in rows.items())
-    drift = "| ranks N | loss curves, trained apart: step 1 | … worst | one process, same rows in another order: worst " \
-            "|\n|---|---|---|---|\n" + "\n".join(
+    drift = "| ranks N | loss curves, trained apart: step 1 | … worst | " \
+            "one process, same rows in another order: worst |\n|---|---|---|---|\n" + "\n".join(
                 f"| {w} | {c['first']:.0e} | {c['ddp_vs_one_process']:.1e} | {c['reordered_vs_one_process']:.1e} |"
                 for w, c in curves.items())
     details = [grads, f"Gradients compared at steps {', '.join(map(str, checked))} of the run.", drift]

@@ -21,7 +21,8 @@ def allreduce_exercise() -> Exercise:
         "does the all-reduce take?",
         {"volume_gb": "GB sent per GPU", "seconds": "seconds"}, answer_check(ar),
         "- Gradients: $M = 70\\text{B} \\times 2$ bytes $= 140$ GB.\n\n"
-        f"- Sent per GPU: $2\\frac{{N-1}}{{N}}M = 2 \\cdot \\frac{{255}}{{256}} \\cdot 140$ GB = **{ar['volume_gb']:.1f} GB**.\n\n"
-        f"- Time: $2 \\cdot 255 \\cdot 10\\,\\mu s + {ar['volume_gb']:.1f}\\text{{ GB}} / 12.5\\text{{ GB/s}}$ (a 100 Gb/s "
-        f"link) = **{ar['seconds']:.2f} s**, every step, unless it overlaps backward or the states are sharded "
-        "(lesson 08).")
+        "- Sent per GPU: $2\\frac{N-1}{N}M = 2 \\cdot \\frac{255}{256} \\cdot 140$ GB = "
+        f"**{ar['volume_gb']:.1f} GB**.\n\n"
+        f"- Time: $2 \\cdot 255 \\cdot 10\\,\\mu s + {ar['volume_gb']:.1f}\\text{{ GB}} / 12.5\\text{{ GB/s}}$ "
+        f"(a 100 Gb/s link) = **{ar['seconds']:.2f} s**, every step, unless it overlaps backward or the states are "
+        "sharded (lesson 08).")

@@ -16,7 +16,8 @@ def findings(ledger: Ledger, f1: list[dict]) -> Findings:
                "(FULL_SHARD ÷ NO_SHARD × N)", ratio, approx(1.0, rel=0.05), kind="measured", detail=True)
     ledger.note("fsdp1_rank0", {k: v for k, v in r0.items() if k != "dist"})
     shards = {name: d for name, d in r0.items() if name != "dist"}
-    held = max(d[k] / shards["NO_SHARD"][k] for name, d in shards.items() if name != "NO_SHARD" for k in ("params", "grads"))
+    held = max(d[k] / shards["NO_SHARD"][k] for name, d in shards.items() if name != "NO_SHARD"
+               for k in ("params", "grads"))
     table = "| rank 0, at rest | parameters (bytes) | gradients (bytes) |\n|---|---|---|\n" + "\n".join(
         f"| {name} | {d['params']:,} | {d['grads']:,} |" for name, d in shards.items())
     return Findings([f"The same shares: at rest on {len(f1)} ranks, SHARD_GRAD_OP and FULL_SHARD leave rank 0 "

@@ -91,6 +91,7 @@ def findings(ledger: Ledger, shard: dict[int, list[dict]]) -> Findings:
         table,
         f"Parameters held between forward and backward on {w0} ranks: ZeRO-3 {z3['held_after_forward']:,} bytes, "
         f"ZeRO-2 {z2['held_after_forward']:,}, the whole model.",
-        f"With bf16 parameters the all-gathers carried half the bytes ({mp['input_bytes'].get('all_gather_single', 0):,} "
-        f"instead of {z3['input_bytes'].get('all_gather_single', 0):,}); the stored shards stay fp32.",
+        f"With bf16 parameters the all-gathers carried half the bytes "
+        f"({mp['input_bytes'].get('all_gather_single', 0):,} instead of "
+        f"{z3['input_bytes'].get('all_gather_single', 0):,}); the stored shards stay fp32.",
     ])

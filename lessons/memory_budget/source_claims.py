@@ -38,7 +38,8 @@ def findings(ledger: Ledger, c: dict) -> Findings:
                "(bytes/param without it)", without_master, approx(12.0, rel=1e-9), kind="computed", detail=True)
     fp32_states = (mixed.parts["master weights"] + mixed.parts["optimizer state"]) / GB
     ledger.add("articles_7b_84", "Another widely repeated 7B breakdown 14 + 14 + 84 + 16 GB is consistent: its 84 "
-               "GB is the master copy and Adam's two moments = 12 bytes/param of fp32 state (GB)", fp32_states, approx(84.0, rel=1e-9),
+               "GB is the master copy and Adam's two moments = 12 bytes/param of fp32 state (GB)", fp32_states,
+               approx(84.0, rel=1e-9),
                source="a widely repeated statement", kind="computed", detail=True)
     z1 = c["zero1_70b"]
     ledger.add("articles_70b_zero1", "'70B would need 32+ GPUs with ZeRO-1' — no number of GPUs fits: ZeRO-1 keeps "

@@ -98,8 +98,8 @@ def table_zero_findings(ledger: Ledger, rows: dict) -> Findings:
 
 def table_conventions() -> tuple[go.Figure, dict]:
     rows, budgets = [], {}
-    for name, grads, note in (("16", "param", "bf16 weights 2 + bf16 grads 2 + fp32 master 4 + Adam's moments 8 (the ZeRO "
-                                              "paper's 2 + 2 + 12; Micikevicius et al. 2018)"),
+    for name, grads, note in (("16", "param", "bf16 weights 2 + bf16 grads 2 + fp32 master 4 + Adam's moments 8 "
+                                              "(the ZeRO paper's 2 + 2 + 12; Micikevicius et al. 2018)"),
                               ("18", "fp32", "gradients accumulated in fp32 (4) instead of bf16 (DeepSpeed's ZeRO-3 "
                                              "estimator: 18/N per GPU)"),
                               ("20", "param+fp32", "bf16 gradients and an fp32 copy for the optimizer (2 + 4): the "
