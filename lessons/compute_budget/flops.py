@@ -1,4 +1,4 @@
-"""Lesson 12, section 1: FLOPs per token — 6N + 12LTd and two other conventions against FlopCounterMode."""
+"""Lesson 12, section 1: FLOPs per token — 6P + 12Lsh and two other conventions against FlopCounterMode."""
 
 from contextlib import nullcontext
 
@@ -49,8 +49,8 @@ def flop_counts(S: Settings) -> list[dict]:
 
 def table(rows: list[dict]) -> go.Figure:
     names = list(rows[0]["formulas"])
-    header = (["model (L, d, heads, T)", "parameters", "counted (FlopCounterMode)", "counted, default attention kernel"]
-              + [f"6N + 12LTd, N = {n.label}" for n in names])
+    header = (["model (L, h, a, s)", "parameters", "counted (FlopCounterMode)", "counted, default attention kernel"]
+              + [f"6P + 12Lsh, P = {n.label}" for n in names])
     body = [[f"{r['shape']}", f"{r['n_params']:,}", f"{r['train']:,.0f}", f"{r['train_fused']:,.0f}"]
             + [f"{r['formulas'][n]:,.0f} ({r['formulas'][n] / r['train'] - 1:+.1%})" for n in names] for r in rows]
     return plots.table(header, body, title="Training FLOPs per token: counted vs three conventions")
@@ -58,12 +58,12 @@ def table(rows: list[dict]) -> go.Figure:
 
 def findings(ledger: Ledger, rows: list[dict]) -> Findings:
     exact = max(abs(r["formulas"][Convention.MATMUL] / r["train"] - 1) for r in rows)
-    ledger.add("flops_formula", f"6N + 12LTd with N = the matrix weights (tied head counted once) equals "
-               f"FlopCounterMode's count of a training step, {len(rows)} shapes (largest relative difference, "
-               "measured)", exact, at_most(1e-9), kind="measured")
+    ledger.add("flops_formula", f"6P + 12Lsh with P = the matrix weights (tied head counted once) equals "
+               f"FlopCounterMode's count of a training step, {len(rows)} shapes (largest relative difference)", exact,
+               at_most(1e-9), kind="counted")
     ratio = [r["train"] / r["forward"] for r in rows]
-    ledger.add("backward_2x", "Backward costs twice the forward (train ÷ forward FLOPs, counted, every shape)",
-               max(abs(x - 3) for x in ratio), at_most(1e-9), kind="measured")
+    ledger.add("backward_2x", "Backward costs twice the forward (|train ÷ forward FLOPs − 3|, every shape)",
+               max(abs(x - 3) for x in ratio), at_most(1e-9), kind="counted")
     over = [r["formulas"][Convention.ALL_PARAMETERS] / r["train"] - 1 for r in rows]
     under = [r["formulas"][Convention.NO_TOKEN_EMBEDDING] / r["train"] - 1 for r in rows]
     # what each convention adds or drops, from the parameter counts: the gap to the counter must be 6× exactly that
@@ -83,27 +83,28 @@ def findings(ledger: Ledger, rows: list[dict]) -> Findings:
     expected = 1.0 if on_cpu else 0.0     # the share of attention the counter misses with the default kernel
     ledger.add("fused_attention", "With the default attention kernel the counter sees " + (
         "none of attention on a CPU: it has no FLOP formula for the fused kernel" if on_cpu else
-        "all of attention on this GPU: its kernels have FLOP formulas") + f" (worst |FLOPs missing ÷ 12LTd − "
-        f"{expected:g}| over the shapes, measured)", max(abs(m / a - expected) for m, a in zip(missing, attention)),
-        at_most(1e-9), kind="measured")
+        "all of attention on this GPU: its kernels have FLOP formulas") + f" (worst |FLOPs missing ÷ 12Lsh − "
+        f"{expected:g}| over the shapes)", max(abs(m / a - expected) for m, a in zip(missing, attention)),
+        at_most(1e-9), kind="counted")
     ledger.note("flops_per_token", [{"shape": r["shape"], "counted": r["train"], "counted_default_kernel":
                                      r["train_fused"], **{n.value: v for n, v in r["formulas"].items()}} for r in rows])
     unseen = all(m == a for m, a in zip(missing, attention))
     emb = 128_256 * 4096  # Llama 3 8B: vocabulary × width, of 8.03B parameters (its published configuration)
     return Findings([
-        f"FlopCounterMode counted **{big['train']:,.0f}** FLOPs per token for {big['shape']}; the forward alone "
-        f"{big['forward']:,.0f}: backward is exactly 2× the forward.",
-        "6N + 12LTd matches the count exactly once N is the set of weights that multiply activations.",
+        "Six FLOPs per weight that multiplies an activation, plus attention's own products: $6P + 12Lsh$ matches "
+        "the counter exactly once $P$ counts those weights, and backward costs exactly twice the forward.",
+        f"The usual conventions for $P$ count other parameters and miss by a few percent: even at billions, Llama 3 "
+        f"8B's token embedding is **{emb / 8.03e9:.1%}** of its parameters.",
+    ], [
+        f"The counter's count for the shape `{big['shape']}` (L, h, a, s): {big['train']:,.0f} FLOPs per token, the "
+        f"forward alone {big['forward']:,.0f}.",
         f"Counting every parameter (picotron) misses by {fmt_range(over)}: the position embedding, biases and "
         "LayerNorms do no products.",
         f"Dropping the token embedding (torchtitan) misses by {fmt_range(under)}: here it *is* the tied output head, "
         "which does a product.",
-        f"The conventions still differ at billions: Llama 3 8B's token embedding is {emb / 8.03e9:.1%} of its "
-        "parameters (computed).",
-        ("With the default attention kernel the counter saw **none** of attention here "
-         f"({big['train_fused']:,.0f} per token for {big['shape']}): it has no FLOP formula for the CPU's fused "
-         "kernel." if unseen else "With the default attention kernel the counter saw attention too: this device's "
-         "kernel has a FLOP formula."),
+        ("With the default attention kernel the counter saw none of attention here: it has no FLOP formula for the "
+         "CPU's fused kernel." if unseen else "With the default attention kernel the counter saw attention too: this "
+         "device's kernel has a FLOP formula."),
     ])
 
 

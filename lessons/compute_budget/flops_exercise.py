@@ -8,15 +8,15 @@ from IPython.display import HTML, display
 
 from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, where_it_failed
 
-HINT = ("four parts: 6 FLOPs per matrix weight per token (2 forward, 4 backward); 12·d² matrix weights per block "
-        "(q, k, v and the output projection 4d², the MLP 8d²); the head, tied to the embedding, V·d weights that "
-        "multiply; and attention's own products, 12·L·T·d")
+HINT = ("four parts: 6 FLOPs per matrix weight per token (2 forward, 4 backward); 12·h² matrix weights per block "
+        "(q, k, v and the output projection 4h², the MLP 8h²); the head, tied to the embedding, V·h weights that "
+        "multiply; and attention's own products, 12·L·s·h")
 
 
-def reference(L, d, V, T):
-    """Training FLOPs per token of the lab's GPT: L blocks of width d, vocabulary V, sequence length T."""
-    matrix_weights = 12 * L * d * d + V * d   # the blocks' linears, and the head (the embedding lookup is free)
-    return 6 * matrix_weights + 12 * L * T * d  # 2 forward + 4 backward per weight; attention's scores and sum
+def reference(L, h, V, s):
+    """Training FLOPs per token of the lab's GPT: L blocks of width h, vocabulary V, sequence length s."""
+    matrix_weights = 12 * L * h * h + V * h   # the blocks' linears, and the head (the embedding lookup is free)
+    return 6 * matrix_weights + 12 * L * s * h  # 2 forward + 4 backward per weight; attention's scores and sum
 
 
 def check_flops(fn, counts: list[dict]) -> Outcome:
@@ -26,7 +26,7 @@ def check_flops(fn, counts: list[dict]) -> Outcome:
     results = []
     for r in counts:
         L, d, _, T = r["shape"]
-        name = f"L = {L}, d = {d}, V = {r['vocab']}, T = {T}"
+        name = f"L = {L}, h = {d}, V = {r['vocab']}, s = {T}"
         try:
             got = fn(L, d, r["vocab"], T)
         except NotImplementedError:

@@ -16,7 +16,7 @@ from lessons.compute_budget import Settings, corpus, gpt
 
 def _sweep_run(width: int, budget: float, layers: int, batch: int, block: int, lr: float, seed: int) -> dict:
     """Train a `layers`-deep GPT of width `width` (16-wide heads) for `budget` FLOPs: steps = budget ÷ the FLOPs
-    of a step (6N + 12LTd per token, N the matrix weights — exact, section 1), cosine to 10% after a 10% warm-up."""
+    of a step (6P + 12Lsh per token, P the matrix weights — exact, section 1), cosine to 10% after a 10% warm-up."""
     model = gpt(layers, width, max(1, width // 16), block, seed)
     fpt = flops_by_convention(model, block)[Convention.MATMUL]
     steps = max(1, round(budget / (fpt * batch * block)))
@@ -39,10 +39,10 @@ def run(S: Settings) -> list[dict]:
 
 
 def fit(runs: list[dict]) -> dict[float, dict]:
-    """Per budget: a parabola of val loss in log N through its runs, and its minimum — the loss-optimal size —
-    with the tokens that budget then buys and D/N. A minimum outside the
-    sizes tried (or a parabola that opens downward) is reported as such, with the best run instead. N counts every
-    parameter and D = C ÷ 6N, as Chinchilla counts them."""
+    """Per budget: a parabola of val loss in log P through its runs, and its minimum — the loss-optimal size —
+    with the tokens that budget then buys and D/P. A minimum outside the
+    sizes tried (or a parabola that opens downward) is reported as such, with the best run instead. P counts every
+    parameter and D = C ÷ 6P, as Chinchilla counts them (Chinchilla writes N)."""
     out = {}
     for budget in sorted({r["budget"] for r in runs}):
         rs = sorted((r for r in runs if r["budget"] == budget), key=lambda r: r["n_params"])
@@ -72,10 +72,10 @@ def figure(runs: list[dict], fits: dict[float, dict], highlight: float | None = 
         if f["interior"]:
             fig.add_trace(go.Scatter(x=[f["n_opt"]], y=[float(np.polyval(f["coef"], np.log(f["n_opt"])))],
                                      mode="markers", marker=dict(color=c, symbol="star", size=15), showlegend=False,
-                                     opacity=1 if on else 0.3, hovertext=f"N_opt ≈ {f['n_opt']:,.0f}, D/N ≈ "
+                                     opacity=1 if on else 0.3, hovertext=f"best P ≈ {f['n_opt']:,.0f}, D/P ≈ "
                                      f"{f['tokens_per_param']:.1f}"))
     plots.style(fig, title="isoFLOP curves: val loss after a fixed compute budget (★ the fitted optimum)",
-                xaxis="parameters N", yaxis="val loss (nats/char)", height=420)
+                xaxis="parameters P", yaxis="val loss (nats/char)", height=420)
     fig.update_xaxes(type="log")
     return fig
 
@@ -102,22 +102,34 @@ def findings(ledger: Ledger, S: Settings, runs: list[dict], fits: dict[float, di
     ledger.note("largest_minus_best_at_smallest_budget", largest[small]["val_loss"] - fits[small]["best"]["val_loss"])
     ledger.note("isoflop_runs", runs)
     ledger.note("isoflop_fits", {f"{b:.0e}": {k: v for k, v in f.items() if k != "best"} for b, f in fits.items()})
-    bullets = []
-    for b, f in fits.items():
-        bullets.append(f"{b:.0e} FLOPs: " + (
-            f"the fitted optimum is N ≈ {f['n_opt']:,.0f}, which buys D ≈ {f['tokens']:,.0f} tokens: "
-            f"**{f['tokens_per_param']:.1f} tokens per parameter**." if f["interior"] else
-            f"no minimum inside the sizes tried: the best run was N = {f['best']['n_params']:,} "
-            f"({f['best']['tokens'] / f['best']['n_params']:.1f} tokens per parameter)."))
     inside = [(b, f["n_opt"]) for b, f in fits.items() if f["interior"]]
-    if len(inside) >= 2:  # how the optimum moves with compute: N_opt ∝ C^a
+    def edge(b: float) -> str:
+        sizes = sorted(r["n_params"] for r in runs if r["budget"] == b)
+        return "smallest tried: the minimum lies below" if fits[b]["best"]["n_params"] == sizes[0] else \
+            "largest tried: the minimum lies above" if fits[b]["best"]["n_params"] == sizes[-1] else "best run"
+
+    rows = "\n".join(
+        f"| {b:.0e} | " + (f"{f['n_opt']:,.0f} (fitted) | {f['tokens_per_param']:.0f} |" if f["interior"] else
+                            f"{f['best']['n_params']:,} ({edge(b)}) | "
+                            f"{f['best']['tokens'] / f['best']['n_params']:.0f} |") for b, f in fits.items())
+    table = "| budget, FLOPs | best size P | tokens per parameter |\n|---|---|---|\n" + rows
+    if len(inside) >= 2:  # how the optimum moves with compute: P_opt ∝ C^a
         a = float(np.polyfit(np.log([b for b, _ in inside]), np.log([n for _, n in inside]), 1)[0])
         ledger.note("n_opt_exponent", a)
-        span = np.log10(max(b for b, _ in inside) / min(b for b, _ in inside))
-        bullets.append(f"Across the {len(inside)} budgets with an optimum ({span:.1f} decades of compute), N_opt grew "
-                       f"as C^{a:.2f} (Chinchilla: about C^0.50). From so few points so close together, the exponent "
-                       "is uncertain by tenths.")
+        answer = [f"Neither the smallest nor the largest: at each of the {len(inside)} budgets with a minimum inside "
+                  "the sizes tried, a middle size won, and the best size grew with the budget.",
+                  f"Fitted, the best size grew as C^{a:.2f} (Chinchilla: about C^0.50). From so few points so close "
+                  "together the exponent is uncertain by tenths, and a laptop sweep cannot check the 20 tokens per "
+                  "parameter."]
+    elif inside:
+        answer = ["A middle size won at one budget; the others had their best size at the edge of the sizes tried, "
+                  "so this sweep cannot say how the best size moves with compute. The `cpu` profile's larger "
+                  "budgets can."]
+    elif all(edge(b).startswith("smallest") for b in fits):
+        answer = ["At budgets this small, the smallest model tried: a bigger one cannot see enough tokens. The "
+                  "minimum lies below the sizes tried, so this sweep cannot place it; the `cpu` profile's larger "
+                  "budgets find it inside the sizes tried, growing with the budget."]
     else:
-        bullets.append("Fewer than two budgets have an optimum inside the sizes tried: this sweep cannot say how the "
-                       "optimum moves with compute (the `cpu` profile sweeps more).")
-    return Findings(bullets)
+        answer = ["No budget had its best size inside the sizes tried, so this sweep cannot place the optimum; the "
+                  "`cpu` profile sweeps larger budgets."]
+    return Findings(answer, [table])

@@ -18,8 +18,8 @@ from lessons.compute_budget.ranks import ScalingJob
 
 
 def published() -> dict[str, dict]:
-    """The published runs recomputed: 6·N·D against the published FLOPs; GPT-3's time from Narayanan et al.'s
-    8·T·P/(n·X) (their 140 teraFLOP/s per A100, recomputation included) and the same run as 6ND at the MFU it
+    """The published runs recomputed: 6·P·D against the published FLOPs; GPT-3's time from Narayanan et al.'s
+    8·D·P/(N·X) (their 140 teraFLOP/s per A100, recomputation included) and the same run as 6PD at the MFU it
     implies."""
     out = {}
     for name, run in PUBLISHED.items():
@@ -37,27 +37,34 @@ def published() -> dict[str, dict]:
 
 def published_findings(ledger: Ledger, rows: dict[str, dict]) -> Findings:
     g, ll = rows["GPT-3 175B"], rows["Llama 3 405B"]
-    ledger.add("gpt3_flops", "GPT-3 175B on 300B tokens: 6·N·D = the published 3.14e23 FLOPs (computed ÷ published)",
+    ledger.add("gpt3_flops", "GPT-3 175B on 300B tokens: 6·P·D = the published 3.14e23 FLOPs (computed ÷ published)",
                g["flops_ratio"], approx(1, rel=0.02), source=g["source"], kind="computed")
-    ledger.add("gpt3_days", "… on 1024 A100s at 140 teraFLOP/s each: ≈ 34 days (8·T·P/(n·X), computed)",
+    ledger.add("gpt3_days", "GPT-3 175B on 1,024 A100s at 140 teraFLOP/s each: Narayanan et al.'s about 34 days "
+               "(their 8·D·P/(N·X), computed)",
                g["days"], approx(34, rel=0.02), source="Narayanan et al. 2021", kind="computed")
-    # 6ND at HFU × 6/8 is 8ND at HFU, algebraically: a note, not a claim that could fail
+    # 6PD at HFU × 6/8 is 8PD at HFU, algebraically: a note, not a claim that could fail
     ledger.note("gpt3_days_at_implied_mfu", {"mfu": g["mfu"], "days": g["days_at_mfu"]})
-    ledger.add("llama3_flops", "Llama 3 405B on 15.6T tokens: 6·N·D = the published 3.8e25 FLOPs (computed ÷ "
+    ledger.add("llama3_flops", "Llama 3 405B on 15.6T tokens: 6·P·D = the published 3.8e25 FLOPs (computed ÷ "
                "published)", ll["flops_ratio"], approx(1, rel=0.02), source=ll["source"], kind="computed")
     return Findings([
-        f"GPT-3: 6 × 175e9 × 300e9 = **{g['flops']:.3g}** FLOPs (published {g['published_flops']:.3g}).",
-        f"On 1024 A100s sustaining 140 teraFLOP/s each, Narayanan et al.'s 8·T·P/(n·X) gives **{g['days']:.1f} "
-        "days**: their estimate; OpenAI published no duration for the real run.",
-        f"The 8 instead of 6 is the recomputed forward: 140 of the A100's 312 teraFLOP/s is {g['hfu']:.1%} *hardware* "
-        f"utilisation, {g['mfu']:.1%} *model* utilisation.",
-        f"Llama 3 405B: 6 × 405e9 × 15.6e12 = **{ll['flops']:.3g}** FLOPs (published {ll['published_flops']:.2g}).",
+        "The published FLOPs come back from $6PD$: within a percent for GPT-3 175B and Llama 3 405B.",
+        f"For GPT-3 on the A100 cluster Narayanan et al. benchmarked, their own formula gives **{g['days']:.1f} "
+        "days**, the \"about 34\" they quote: an estimate, not a duration OpenAI published.",
+    ], [
+        f"GPT-3: $6 \\times 175 \\cdot 10^9 \\times 300 \\cdot 10^9$ = {g['flops']:.3g} FLOPs (published "
+        f"{g['published_flops']:.3g}).",
+        f"Llama 3 405B: $6 \\times 405 \\cdot 10^9 \\times 15.6 \\cdot 10^{{12}}$ = {ll['flops']:.3g} FLOPs (published "
+        f"{ll['published_flops']:.2g}).",
+        "Their formula, $8DP/(NX)$ on $N$ = 1,024 GPUs at $X$ = 140 teraFLOP/s each (they write T for the tokens and n "
+        "for the GPUs), counts 8 FLOPs per parameter per token: the forward runs twice with recomputation.",
+        f"So of the A100's 312 teraFLOP/s, 140 is {g['hfu']:.1%} *hardware* utilisation;",
+        f"counting 6 of those 8 FLOPs, {g['mfu']:.1%} *model* utilisation.",
     ])
 
 
 def calculator_figure(n_params_b: float, tokens_b: float, gpus: int, gpu: str, mfu: float,
                       dollars_per_gpu_hour: float) -> go.Figure:
-    """Days against the number of GPUs for this run (6·N·D at the given MFU), the chosen point marked. (No dollar
+    """Days against the number of GPUs for this run (6·P·D at the given MFU), the chosen point marked. (No dollar
     signs in a plotly title: two of them make it a LaTeX string, which JupyterLab's plotly drew as nothing.)"""
     gpus = parse_number(gpus, "GPUs", integer=True, lo=1)
     cluster = CLUSTERS[gpu]
@@ -107,10 +114,13 @@ def scaling_findings(ledger: Ledger, w: dict) -> Findings:
     where = ("gloo ranks sharing this machine's cores and memory bandwidth" if w["backend"] == "gloo" else
              "GPUs over NCCL")
     return Findings([
-        f"One rank alone trained **{w['solo']:,.0f}** tokens/s; {w['world']} ranks together ({where}), each with the "
-        f"same batch, **{w['ddp']:,.0f}** tokens/s: {w['efficiency']:.0%} weak-scaling efficiency.",
-        "It measures this machine and this tiny model, where contention for shared cores dominates; it neither "
-        "confirms nor refutes a cluster's 60–80%.",
+        f"Ranks that each keep their batch trained at **{w['efficiency']:.0%}** of the ideal here. That measures "
+        "ranks sharing this machine's cores and memory, not a cluster: it neither confirms nor refutes a cluster's "
+        "quoted efficiency.",
+    ], [
+        "The quoted figure: 60–80%.",
+        f"One rank alone: {w['solo']:,.0f} tokens/s; {w['world']} ranks together ({where}), each with the same batch: "
+        f"{w['ddp']:,.0f} tokens/s.",
     ])
 
 
@@ -126,7 +136,7 @@ def exercises(ledger: Ledger) -> list[Exercise]:
         "how many days?",
         {"tokens_b": "tokens (B)", "flops_e23": "FLOPs (1e23)", "days": "days"},
         answer_check({"tokens_b": tokens / 1e9, "flops_e23": flops / 1e23, "days": days}, rel=0.02),
-        f"D = 20 × 70e9 = 1.4e12 tokens; C = 6·N·D = 6 × 70e9 × 1.4e12 = {flops:.3g} FLOPs; time = C ÷ (2048 × "
+        f"D = 20 × 70e9 = 1.4e12 tokens; C = 6·P·D = 6 × 70e9 × 1.4e12 = {flops:.3g} FLOPs; time = C ÷ (2048 × "
         f"989e12 × 0.4) = {days * 86400:,.0f} s = **{days:.1f} days**. (Chinchilla itself, 70B on 1.4T tokens, "
         "was trained on TPUs.)")]
 
@@ -135,12 +145,11 @@ def calculator_findings(ledger: Ledger, redraw_ms: float) -> Findings:
     ledger.note("calculator_redraw_ms", redraw_ms)
     share = attention_share(32, 4096, 4096, 6.7e9)
     return Findings([
-        f"The calculator is 6·N·D at the MFU you choose. Attention's 12·L·T·d adds **{share:.0%}** for a 7B model at "
-        "4k context (L = 32, d = 4096; computed), more at longer context.",
-        "Recomputation does not appear: it lowers the MFU you can reach instead.",
-    ])
+        f"The calculator is $6PD$ at the MFU you choose: attention's $12Lsh$ per token adds **{share:.0%}** more for "
+        "a 7B model at 4k context, and recomputation shows up only as a lower MFU.",
+    ], ["The 7B model: L = 32, h = 4096, s = 4096 (computed)."])
 
 
 def attention_share(L: int, d: int, T: int, n_params: float) -> float:
-    """Attention's 12·L·T·d as a share of 6N: what 6·N·D leaves out per token."""
+    """Attention's 12·L·s·h as a share of 6P: what 6·P·D leaves out per token."""
     return 12 * L * T * d / (6 * n_params)
