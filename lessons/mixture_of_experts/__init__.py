@@ -23,6 +23,8 @@ class Settings(LabConfig):
     ep: int                 # ranks the experts are spread over
     dp: int                 # data-parallel replicas of that expert-parallel group (dp × ep ranks in all)
     ep_tokens: int          # tokens per rank in the expert-parallel check
+    beats_margin: float | None = None  # what this profile's runs can show: the MoE ends at least this many nats below
+                                       # the dense model of its active size; None: one short run cannot say
 
     RANGES = {"N_EXPERTS": (2, 64), "CAPACITY_FACTOR": (0.1, 16.0), "BALANCE_WEIGHT": (0.0, 1.0),
               "EP_TOKENS": (8, 1 << 16), "DP": (1, 4)}

@@ -60,23 +60,26 @@ def findings(ledger: Ledger, res: list[dict], S: Settings) -> Findings:
     ledger.add("ep_local_only", "Each rank's backward touches only its own experts' weights",
                all(x["others_untouched"] for x in res), is_true(), kind="measured", detail=True)
     counted = sum(x["bytes"] for x in res)
-    out = [f"On {N} ranks ({res[0]['backend']}), {dp} data-parallel groups of {ep} expert-parallel ranks, output and "
-           f"gradients match one process to **{max(worst.values()):.1e}**; each rank's backward touched only its own "
-           "experts."]
     mean = counted / N / even
     ledger.add("ep_predicted", "A rank sends about what an even router predicts, 4·k·tokens·(ep−1)/ep rows of h "
                "numbers (counted ÷ predicted, mean over ranks; a fresh router is nearly even)", mean,
                approx(1.0, rel=0.25), kind="counted")
+    details = [f"The layout: dp = {dp} groups of ep = {ep} ranks ({res[0]['backend']}); output and gradients within "
+               f"{max(worst.values()):.1e} of one process's."]
     if res[0]["wire"] is not None:
         ledger.add("ep_wire", "The bytes on the wire match what the ranks handed to all-to-all (wire ÷ counted; "
                    "headers and the exchanged counts add a little)", res[0]["wire"] / counted, approx(1.0, rel=0.15),
                    kind="measured")
-        out.append(f"The ranks handed all-to-all **{counted / 1e3:,.0f} kB**; **{res[0]['wire'] / 1e3:,.0f} kB** "
-                   "crossed the loopback interface.")
+        details.append(f"The ranks handed all-to-all {counted / 1e3:,.0f} kB; {res[0]['wire'] / 1e3:,.0f} kB "
+                       "crossed the loopback interface.")
     ledger.note("ep_bytes", {"counted": [x["bytes"] for x in res], "predicted": even,
                              "wire": res[0]["wire"], "load": [x["load"] for x in res]})
     spread = max(x["bytes"] for x in res) / min(x["bytes"] for x in res)
-    out.append(f"An even router predicts {even / 1e3:,.0f} kB per rank; the real routing sent "
-               f"{min(x['bytes'] for x in res) / 1e3:,.0f}–{max(x['bytes'] for x in res) / 1e3:,.0f} kB "
-               f"({spread:.2f}× apart): the traffic follows the routing.")
-    return Findings(out)
+    details.append(f"An even router predicts {even / 1e3:,.0f} kB per rank; the ranks sent between "
+                   f"{min(x['bytes'] for x in res) / 1e3:,.0f} and {max(x['bytes'] for x in res) / 1e3:,.0f} kB.")
+    return Findings([
+        "Each rank holds some of the experts, and two all-to-alls carry every token to its expert's rank and back: "
+        "output and gradients equal one process's to float rounding.",
+        f"Each rank's traffic follows its routing, not an even share: the busiest sent **{spread:.2f}×** the "
+        "quietest.",
+    ], details)

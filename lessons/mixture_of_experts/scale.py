@@ -50,10 +50,12 @@ class MoEShape:
 
 
 # Mixtral 8x7B (Jiang et al. 2024): 32 layers, width 4096, 32 query heads and 8 key/value heads of 128, experts of
-# width 14336, 8 experts, top-2, vocabulary 32000, untied head. Published: 46.7B parameters, 12.9B active.
+# width 14336, 8 experts, top-2, vocabulary 32000, untied head. Published: 47B parameters, 13B active (the paper;
+# Mistral AI's announcement gives 46.7B and 12.9B).
 MIXTRAL = MoEShape("Mixtral 8x7B", n_layer=32, n_embd=4096, vocab=32000,
                    attention=2 * 4096 * 4096 + 2 * 4096 * 1024, expert_hidden=14336, routed=8, top_k=2,
-                   published_total=46.7e9, published_active=12.9e9, source="Jiang et al. 2024")
+                   published_total=47e9, published_active=13e9,
+                   source="Jiang et al. 2024, who round to 47B and 13B; Mistral AI's announcement: 46.7B and 12.9B")
 # DeepSeek-V3 (DeepSeek-AI 2024): 61 layers of width 7168, the first 3 dense (MLP width 18432), then 1 shared and 256
 # routed experts of width 2048, top-8; multi-head latent attention with 128 heads (queries through a rank-1536
 # projection, keys and values through a rank-512 one, head dims 128 + 64 rotary, values 128); vocabulary 129280.
@@ -118,10 +120,14 @@ def findings(ledger: Ledger, r: list[dict]) -> Findings:
                "parallelism ÷ with ep = 64 (computed)", no_ep / ep64, at_least(10), kind="computed")
     mx, ds = r
     return Findings([
-        f"Mixtral 8x7B: **{mx['total'] / 1e9:.1f}B** parameters, **{mx['active'] / 1e9:.1f}B** active per token "
-        f"({mx['active'] / mx['total']:.0%}); DeepSeek-V3: **{ds['total'] / 1e9:.0f}B** and "
-        f"**{ds['active'] / 1e9:.1f}B** ({ds['active'] / ds['total']:.1%}), counted from their shapes.",
-        f"An MoE costs the FLOPs of its active parameters but the memory of all of them: DeepSeek-V3 on 2,048 GPUs "
-        f"in 16 stages holds **{no_ep / GB:.0f} GB** of model states per GPU without expert parallelism, "
-        f"**{ep64 / GB:.0f} GB** with ep = 64.",
+        f"Memory for all, FLOPs for a few: DeepSeek-V3 uses **{ds['active'] / ds['total']:.1%}** of its parameters "
+        f"per token, yet without expert parallelism each GPU of its run would hold **{no_ep / GB:.0f} GB** of model "
+        "states, more than any GPU has.",
+        f"Spreading its experts over 64 ranks, as DeepSeek-AI did, brings that to **{ep64 / GB:.0f} GB**.",
+    ], [
+        "| model | parameters, counted | published | active per token, counted | published |\n|---|---|---|---|---|\n"
+        + "\n".join(f"| {row['name']} | {row['total'] / 1e9:.1f}B | {row['published_total'] / 1e9:g}B | "
+                     f"{row['active'] / 1e9:.1f}B | {row['published_active'] / 1e9:g}B |" for row in r),
+        "Model states in bf16 mixed precision with AdamW and ZeRO-1, on DeepSeek-V3's 2,048 GPUs in 16 pipeline "
+        "stages.",
     ])
