@@ -16,16 +16,16 @@ def size_panel(S: Settings, corpus: data.Corpus, baseline: History) -> tuple[Pan
     def run(n_layer, n_embd, steps):
         n_head = 4 if n_embd % 4 == 0 else 1
         changed = replace(S, n_layer=n_layer, n_embd=n_embd, n_head=n_head)
-        return train_run(changed, corpus, steps, f"L={n_layer} C={n_embd}", n_head=n_head)[1]
+        return train_run(changed, corpus, steps, f"L={n_layer} h={n_embd}", n_head=n_head)[1]
 
     cache = RunCache(run)
     cache.store[cache.key(dict(n_layer=S.n_layer, n_embd=S.n_embd, steps=S.steps))] = baseline
 
     def draw(n_layer, n_embd, steps):
         h = cache(n_layer=n_layer, n_embd=n_embd, steps=steps)
-        runs = {f"baseline L={S.n_layer} C={S.n_embd}, {S.steps} steps": baseline}
+        runs = {f"baseline L={S.n_layer} h={S.n_embd}, {S.steps} steps": baseline}
         if h is not baseline:
-            runs[f"L={n_layer} C={n_embd}, {steps} steps"] = h
+            runs[f"L={n_layer} h={n_embd}, {steps} steps"] = h
         return plots.loss_curves(runs, floor=corpus.entropy_rate, title="Depth, width and steps vs the floor")
 
     controls = {
