@@ -24,6 +24,7 @@ def role(name: str) -> str:
 
 
 ROLES = ("embeddings", "attention", "mlp", "norms")
+NAMES = {"embeddings": "embedding", "attention": "attention", "mlp": "MLP", "norms": "LayerNorm"}  # for sentences
 
 
 def group_probe(every: int):
@@ -91,7 +92,7 @@ def compare(S: Settings) -> dict[str, History]:
 
 
 def figure(runs: dict[str, History]) -> go.Figure:
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("weight norm per group", "decay relative to AdamW's lr·λ"))
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("weight norm per group", "decay relative to AdamW's ηλ"))
     for i, r in enumerate(ROLES):
         for name, dash in (("AdamW", "solid"), ("AdamL2", "dash")):
             h = runs[name]
@@ -125,18 +126,23 @@ def findings(ledger: Ledger, S: Settings, runs: dict[str, History]) -> Findings:
     share = dict(runs["AdamL2"].extra["decay_share"][-1])
     ledger.note("amplification", amp)
     ledger.note("decay_share_of_v", share)
-    parts = ", ".join(f"{r} {amp[r]:.0f}×" for r in order)
-    least = order[0]
+    least, most = order[0], order[-1]
     why = (f"The decay term fills its own denominator there: (λθ)² is {share[least]:.0%} of the group's v̂, so A "
            "cannot exceed about 1/(λ|θ|), the cap the toy showed at small σ." if share[least] > 0.5 else
            f"Its gradients dominate v̂ there ((λθ)² is {share[least]:.0%} of it): a large gradient history shields "
            "it from the decay.")
+    norms = {name: runs[name].extra["norm"][-1] for name in ("AdamL2", "AdamW")}
+    table = ("| group | A under Adam + L2 | ‖θ‖ Adam + L2 | ‖θ‖ AdamW |\n|---|---|---|---|\n"
+             + "\n".join(f"| {r} | {amp[r]:.0f}× | {norms['AdamL2'][r]:.2f} | {norms['AdamW'][r]:.2f} |"
+                         for r in order))
     return Findings([
-        f"Adam + L2 decayed each group A times as fast as AdamW at the end of training: {parts}. One λ, very "
-        "different regularisation per group.",
-        f"At the same λ = {S.weight_decay:g}, Adam + L2 shrank the weights far more: MLP ‖θ‖ **{mlp_l2:.2f}** against "
-        f"{mlp_w:.2f} under AdamW.",
-        f"Final val loss {runs['AdamL2'].final_val_loss:.3f} (Adam + L2) against {runs['AdamW'].final_val_loss:.3f} "
-        "(AdamW).",
+        f"Very different things under Adam + L2: it decayed the {NAMES[most]} weights **{amp[most] / amp[least]:.0f}×**"
+        f" as fast as the {NAMES[least]} weights, where AdamW treats every group alike.",
+        f"At the same λ it also shrank the weights far more: the MLP's ‖θ‖ ended **{mlp_w / mlp_l2:.0f}×** smaller "
+        "than under AdamW.",
+    ], [
+        table,
+        f"Final validation loss: {runs['AdamL2'].final_val_loss:.3f} under Adam + L2, "
+        f"{runs['AdamW'].final_val_loss:.3f} under AdamW.",
         f"The {least} group was decayed least. {why}",
     ])

@@ -42,7 +42,8 @@ def run(opt_name: str, S: Settings, sigmas=TOY_SIGMAS, lr: float = TOY_LR, wd: f
 
 def decoupling_toy(S: Settings, factor: float = 4.0) -> dict[str, dict[float, float]]:
     """Decay per step of the toy's noisiest weights at lr and factor × lr: torch's AdamW (decay lr·λ) against
-    Loshchilov & Hutter's form (decay η_t·λ, λ' = lr·λ so both agree at the lesson's lr): {form: {lr: decay}}."""
+    Loshchilov & Hutter's form (decay f_t·λ, with f_t the schedule's multiplier; λ' = lr·λ so both agree at the
+    lesson's lr): {form: {lr: decay}}."""
     out = {"torch": {}, "L&H": {}}
     for form, wd, independent in (("torch", TOY_WD, False), ("L&H", TOY_LR * TOY_WD, True)):
         for lr in (TOY_LR, factor * TOY_LR):
@@ -80,10 +81,10 @@ def figure(means: dict[str, np.ndarray], rates: dict[str, np.ndarray], sigmas=TO
                                  line=dict(color="black" if k == 0 else "#1a7f37", dash="solid")), row=1, col=3)
     grid = np.logspace(math.log10(sigmas[0]), math.log10(sigmas[-1]), 60)
     fig.add_trace(go.Scatter(x=grid, y=[predicted_l2_decay(s) for s in grid], mode="lines",
-                             name="Adam + L2 predicted: lr·λ/√(σ²+λ²)", line=dict(color="gray", dash="dot")),
+                             name="Adam + L2 predicted: ηλ/√(σ²+λ²)", line=dict(color="gray", dash="dot")),
                   row=1, col=3)
     fig.add_trace(go.Scatter(x=[grid[0], grid[-1]], y=[TOY_LR * TOY_WD] * 2, mode="lines",
-                             name="AdamW predicted: lr·λ", line=dict(color="#1a7f37", dash="dot")), row=1, col=3)
+                             name="AdamW predicted: ηλ", line=dict(color="#1a7f37", dash="dot")), row=1, col=3)
     fig.update_xaxes(title_text="step", row=1, col=1)
     fig.update_xaxes(title_text="step", row=1, col=2)
     fig.update_xaxes(type="log", title_text="gradient noise σ", row=1, col=3)
@@ -100,33 +101,37 @@ def findings(ledger: Ledger, rates: dict[str, np.ndarray], means: dict[str, np.n
                f"(decay at σ = {TOY_SIGMAS[0]:g} ÷ decay at σ = {TOY_SIGMAS[-1]:g}; predicted "
                f"{predicted[0] / predicted[-1]:.0f})", l2[0] / l2[-1], at_least(30), source="Loshchilov & Hutter 2019",
                kind="measured")
-    ledger.add("toy_l2_formula", "Toy: … following lr·λ/√(σ² + λ²θ²), capped at lr/θ (worst ratio measured ÷ "
-               "predicted over σ, as max(r, 1/r))", float(np.exp(np.abs(np.log(l2 / predicted)).max())), at_most(1.5),
-               kind="measured")
-    ledger.add("toy_w_flat", "Toy: under AdamW it does not (max ÷ min decay across all σ)", w.max() / w.min(),
-               at_most(1.05), kind="measured")
+    ledger.add("toy_l2_formula", "Toy: under Adam + L2 the decay per step follows η·λ/√(σ² + λ²θ²), capped at η/θ "
+               "(worst ratio measured ÷ predicted over σ, as max(r, 1/r))",
+               float(np.exp(np.abs(np.log(l2 / predicted)).max())), at_most(1.5), kind="measured")
+    ledger.add("toy_w_flat", "Toy: under AdamW the decay per step is the same at every gradient noise (max ÷ min "
+               "across all σ)", w.max() / w.min(), at_most(1.05), kind="measured")
     steps = means["AdamW"].shape[0] - 1
     exact = (1 - TOY_LR * TOY_WD) ** steps
     worst = float(np.abs(means["AdamW"][-1] / exact - 1).max())
-    ledger.add("toy_w_exact", "Toy: under AdamW the mean weight is exactly (1 − lr·λ)^t — the antithetic noise "
+    ledger.add("toy_w_exact", "Toy: under AdamW the mean weight is exactly (1 − η·λ)^t — the antithetic noise "
                "cancels in the mean, only the decay is left (worst relative gap after the last step, every σ; "
-               "allowed: fp32's rounding, 2⁻²³ per step)", worst, at_most(steps * 2.0**-23), kind="measured")
+               "allowed: fp32's rounding, 2⁻²³ per step)", worst, at_most(steps * 2.0**-23), kind="measured",
+               detail=True)
     torch_ratio = decoupling["torch"][factor * TOY_LR] / decoupling["torch"][TOY_LR]
     lh_ratio = decoupling["L&H"][factor * TOY_LR] / decoupling["L&H"][TOY_LR]
-    ledger.add("torch_couples", f"torch's AdamW couples decay to the learning rate: ×{factor:g} lr gives ×{factor:g} "
+    ledger.add("torch_couples", f"torch's AdamW couples decay to the learning rate: ×{factor:g} η gives ×{factor:g} "
                "decay per step (ratio)", torch_ratio, approx(factor, rel=0.02), kind="measured")
-    ledger.add("lh_decouples", f"Loshchilov & Hutter's form (decay η_t·λ) does not: ×{factor:g} lr, same decay "
-               "(ratio)", lh_ratio, approx(1.0, rel=0.02), source="Loshchilov & Hutter 2019, claim (i)",
-               kind="measured")
+    ledger.add("lh_decouples", f"Loshchilov & Hutter's form, whose decay is not multiplied by η, does not: ×{factor:g} "
+               "η, the same decay (ratio)", lh_ratio, approx(1.0, rel=0.02),
+               source="Loshchilov & Hutter 2019, claim (i)", kind="measured")
     ledger.note("toy_rates", {k: v.tolist() for k, v in rates.items()})
     ledger.note("decoupling", {form: {f"{lr:g}": d for lr, d in by_lr.items()} for form, by_lr in decoupling.items()})
+    table = ("| gradient noise σ | Adam + L2: decay per step | predicted | AdamW: decay per step |\n|---|---|---|---|\n"
+             + "\n".join(f"| {s:g} | {a:.3g} | {p:.3g} | {b:.5g} |" for s, a, p, b in zip(TOY_SIGMAS, l2, predicted, w)))
     return Findings([
-        f"**AdamW** decayed every weight by {w.min():.5g}–{w.max():.5g} per step at every noise level: lr·λ = "
-        f"{TOY_LR * TOY_WD:g}. Its mean weight followed (1 − lr·λ)^t to {worst:.0e}.",
-        f"**Adam + L2**'s decay fell from {l2[0]:.3g} per step at σ = {TOY_SIGMAS[0]:g} to {l2[-1]:.3g} at σ = "
-        f"{TOY_SIGMAS[-1]:g}: **{l2[0] / l2[-1]:.0f}×** less for the noisiest weights.",
-        "At the smallest σ the decay term is the whole gradient, so Adam normalises it to a step of about lr: the "
-        "weight falls by lr per step, not by a fraction, which is why those points sit above the prediction.",
-        f"Four times the learning rate made torch's AdamW decay **{torch_ratio:.2f}×** faster per step; Loshchilov & "
-        f"Hutter's own form decayed {lh_ratio:.2f}× as fast (the note \"Decoupled from what?\").",
+        f"AdamW decays every weight by the same ηλ per step, whatever its gradient noise; Adam + L2 decayed the "
+        f"quietest weights **{l2[0] / l2[-1]:.0f}×** as fast as the noisiest.",
+        f"Quadrupling η quadrupled torch's AdamW decay (**{torch_ratio:.2f}×**); Loshchilov & Hutter's own form kept "
+        f"it ({lh_ratio:.2f}×): see \"Decoupled from what?\".",
+    ], [
+        table,
+        f"AdamW's mean weight followed (1 − ηλ)^t to a relative {worst:.0e}, with ηλ = {TOY_LR * TOY_WD:g}.",
+        "At the smallest σ the decay term is the whole gradient, so Adam normalises it to a step of about η: the "
+        "weight falls by η per step, not by a fraction, which is why that point sits above the prediction.",
     ])
