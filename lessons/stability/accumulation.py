@@ -55,7 +55,7 @@ class Arm:
 
     def label(self, k: int) -> str:
         return (f"{self.optimizer} · {'sum (bug)' if self.summed else 'mean'}"
-                + (f", lr × {k}" if self.lr_times_k else "") + (f" · clip {self.clip:g}" if self.clip else ""))
+                + (f", η × {k}" if self.lr_times_k else "") + (f" · clip {self.clip:g}" if self.clip else ""))
 
 
 SGD_MEAN, SGD_SUM, SGD_MEAN_LR_K = Arm("SGD"), Arm("SGD", summed=True), Arm("SGD", lr_times_k=True)
@@ -131,18 +131,19 @@ def token_normalization(S: Settings) -> dict:
 
 
 def token_findings(ledger: Ledger, S: Settings, t: dict) -> Findings:
-    ledger.add("token_bug", "Micro-batches with unequal real-token counts: dividing each micro-batch's mean loss by k "
+    ledger.add("token_bug", "Micro-batches with unequal real-token counts: dividing each micro-batch's mean loss by G "
                "gives a different gradient from the batch's (relative error ‖Δg‖/‖g‖, measured)", t["bug_rel_error"],
                at_least(0.01), kind="measured")
     ledger.add("token_fix", "Summing token losses and dividing by the batch's real-token count gives the batch's "
                "gradient (relative error, measured)", t["fix_rel_error"], at_most(1e-5), kind="measured")
     return Findings([
-        f"The {len(t['tokens'])} micro-batches held {', '.join(f'{n:,}' for n in t['tokens'])} real tokens; the rest "
-        "was padding, whose targets the loss ignores.",
-        f"Dividing each micro-batch's *mean* loss by k: the gradient was off by **{t['bug_rel_error']:.1%}** of its "
-        "norm, because a token in a short micro-batch weighed more than one in a long micro-batch.",
-        f"Summing the token losses and dividing by all {t['total']:,} real tokens: off by "
-        f"**{t['fix_rel_error']:.0e}**, the batch's own gradient.",
+        f"Dividing each micro-batch's *mean* loss by G gave a gradient off by **{t['bug_rel_error']:.0%}** of its "
+        "norm: a token in a short micro-batch weighed more than one in a long micro-batch.",
+        f"Summing the token losses and dividing by the batch's real-token count gave the batch's own gradient (off by "
+        f"{t['fix_rel_error']:.0e}).",
+    ], [
+        f"The micro-batches held from {min(t['tokens']):,} to {max(t['tokens']):,} real tokens, {t['total']:,} in all; "
+        "the rest was padding, whose targets the loss ignores.",
     ])
 
 
@@ -152,13 +153,13 @@ def findings(ledger: Ledger, S: Settings, runs: dict[Arm, History], max_grad_dif
     same = max(abs(a - b) for a, b in zip(runs[SGD_SUM].loss, runs[SGD_MEAN_LR_K].loss))
     early = max(abs(a - b) for a, b in zip(runs[ADAMW_SUM].loss[:5], runs[ADAMW_MEAN].loss[:5]))
     clipped = {a: clipped_fraction(runs[a]) for a in (ADAMW_SUM_CLIP, ADAMW_MEAN_CLIP)}
-    ledger.add("accum_equal", f"{k} micro-batches ≡ one batch: max gradient difference", max_grad_diff, at_most(1e-6),
-               kind="measured")
-    ledger.add("sgd_sum_is_lr_k", f"SGD: summing the micro-batch losses is exactly lr × {k} (max |Δ loss| over "
+    ledger.add("accum_equal", f"G = {k} micro-batches ≡ one batch: max gradient difference", max_grad_diff,
+               at_most(1e-6), kind="measured")
+    ledger.add("sgd_sum_is_lr_k", f"SGD: summing the micro-batch losses is exactly η × G, G = {k} (max |Δ loss| over "
                "the run)", same, at_most(1e-3), kind="measured")
     apart = max(abs(a - b) for a, b in zip(runs[SGD_SUM].val_loss, runs[SGD_MEAN].val_loss))
-    ledger.add("sgd_sum_differs", "… which changes the run (max |Δ val| over the run, summed vs averaged SGD: the "
-               "final values alone can cross)", apart, at_least(0.02), kind="measured")
+    ledger.add("sgd_sum_differs", "SGD: summing instead of averaging changes the run (max |Δ val| over the run, "
+               "summed vs averaged: the final values alone can cross)", apart, at_least(0.02), kind="measured")
     ledger.add("adam_sum_harmless", "AdamW without clipping: summed and averaged runs take the same steps "
                "(max |Δ loss| over the first 5 steps, before rounding differences compound)", early, at_most(1e-5),
                kind="measured")
@@ -166,16 +167,21 @@ def findings(ledger: Ledger, S: Settings, runs: dict[Arm, History], max_grad_dif
                "sum − mean)", clipped[ADAMW_SUM_CLIP] - clipped[ADAMW_MEAN_CLIP], at_least(0.2),
                kind="measured")
     ledger.note("accum_final_val", {a.label(k): x for a, x in v.items()})
+    table = ("| run | final validation loss | steps clipped |\n|---|---|---|\n"
+             + "\n".join(f"| {a.label(k)} | {x:.3f} | {f'{clipped[a]:.0%}' if a in clipped else '—'} |"
+                         for a, x in v.items()))
     return Findings([
-        f"{k} micro-batches of {S.batch_size // k} gave the gradient of one batch of {S.batch_size}: they differ by at "
-        f"most **{max_grad_diff:.1e}**.",
-        f"**SGD**, summed losses: its loss curve is the averaged run's at lr × {k}, to **{same:.1e}**. Summing is "
-        f"exactly a {k}× learning rate (final val {v[SGD_SUM]:.3f} summed, {v[SGD_MEAN]:.3f} averaged).",
-        f"**AdamW**, no clipping: summed and averaged runs agree to **{early:.0e}** over the first 5 steps (final val "
-        f"{v[ADAMW_SUM]:.3f} vs {v[ADAMW_MEAN]:.3f}). Adam divides out the gradient's scale.",
-        f"**AdamW**, clipping at 1.0: the {k}× larger norm was clipped on **{clipped[ADAMW_SUM_CLIP]:.0%}** of steps, "
-        f"against {clipped[ADAMW_MEAN_CLIP]:.0%} averaged (final val {v[ADAMW_SUM_CLIP]:.3f} vs "
-        f"{v[ADAMW_MEAN_CLIP]:.3f}).",
-        "So \"summing multiplies the learning rate by k\" holds for SGD; under AdamW the bug moves the clipping "
-        "threshold instead.",
+        f"Yes: G micro-batches, each loss divided by G, gave the big batch's gradient to within **{max_grad_diff:.0e}**.",
+        "Forgetting the division is exactly a G× learning rate under SGD, as the warning says: the two runs' losses "
+        "match step for step.",
+        f"Under AdamW it changes almost nothing by itself, since Adam divides out the gradient's scale; with clipping, the "
+        f"bug makes clipping fire on **{clipped[ADAMW_SUM_CLIP]:.0%}** of steps instead of "
+        f"{clipped[ADAMW_MEAN_CLIP]:.0%}.",
+    ], [
+        table,
+        f"G = {k} micro-batches against one batch of {S.batch_size} sequences: gradients equal to "
+        f"{max_grad_diff:.1e}.",
+        f"SGD summed against SGD averaged at η × G: losses equal to {same:.1e} over the whole run.",
+        f"AdamW summed against averaged, no clipping: losses equal to {early:.0e} over the first 5 steps; after that, "
+        "rounding differences compound (ε weighs G times less in the summed run).",
     ])

@@ -47,9 +47,9 @@ def clip_parity(grads: list[torch.Tensor], max_norm: float = 0.1) -> tuple[float
 
 def clip_parity_findings(ledger: Ledger, clip_diff: float, norm: float) -> Findings:
     ledger.add("clip_parity", "Clipping written out matches torch.nn.utils.clip_grad_norm_ (max |Δg|)", clip_diff,
-               at_most(1e-7), kind="measured")
-    return Findings([f"This batch's gradient norm: **{norm:.3f}**. Clipped to 0.1, the lab's clipping and torch's "
-                     f"agree to {clip_diff:.1e} on every entry."])
+               at_most(1e-7), kind="measured", detail=True)
+    return Findings([f"They agree to **{clip_diff:.0e}** on every entry: one factor scales every tensor."],
+                    [f"This batch's gradient norm was {norm:.3f}, clipped to 0.1."])
 
 
 def bad_batch(S: Settings, text: data.Corpus) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,7 +80,7 @@ def clip_run(S: Settings, optimizer: str, clip: float | None, inject: bool, **ru
 
 def clip_pair(S: Settings, optimizer: str, clip: float | None) -> tuple[History, History]:
     """The clean run and its twin hit by bad batches. They are the same run until the first bad batch, so that part
-    is trained once and saved (labtools.train's checkpoint: weights, optimizer state, RNG, history), then continued
+    is trained once and saved (the lab's checkpoint: weights, optimizer state, RNG, history), then continued
     twice: each continues bit for bit as a run from scratch would."""
     def part(inject):
         return lambda kw: clip_run(S, optimizer, clip, inject, **kw)
@@ -158,23 +158,26 @@ def findings(ledger: Ledger, S: Settings, runs: dict[tuple, History]) -> Finding
     ledger.note("damage", {f"{o} clip={c}": v for (o, c), v in d.items()})
 
     def rec(x):
-        return "no recovery within the run" if x["recovery_steps"] is None else \
-            f"back within 0.02 in {x['recovery_steps']} steps"
-    a = d[("AdamW", None)]
-    sgd = d[("SGD", None)]
-    ratio = sgd["bad_grad_norm"] / sgd["typical_grad_norm"]
-    bullets = [f"The {S.n_bad} bad batches had gradient norms up to **{a['bad_grad_norm']:.1f}**, against a typical "
-               f"{a['typical_grad_norm']:.2f} (AdamW's run, before clipping)."]
-    for o in ("AdamW", "SGD"):
-        u, c = d[(o, None)], d[(o, 1.0)]
-        bullets.append(f"**{o}**: the excess val loss after the burst averaged **{u['mean_excess']:.3f}** unclipped "
-                       f"(peak {u['peak_excess']:.3f}, {rec(u)}) and **{c['mean_excess']:.3f}** clipped at 1.0 "
-                       f"(peak {c['peak_excess']:.3f}, {rec(c)}).")
-    bullets += [f"SGD steps in proportion to the gradient: a bad gradient {ratio:.0f}× its typical size made a step "
-                f"{ratio:.0f}× as large, until clipping capped it.",
-                "Adam divides each step by √v̂, which the bad gradients inflate too: it was partly protected already, "
-                "so clipping removed less damage from it than from SGD."]
-    return Findings(bullets)
+        return "not within the run" if x["recovery_steps"] is None else f"in {x['recovery_steps']} steps"
+    a, sgd = d[("AdamW", None)], d[("SGD", None)]
+    cut = sgd["mean_excess"] / max(d[("SGD", 1.0)]["mean_excess"], 1e-3)
+    table = ("| optimizer | clipping | excess val loss after the burst: mean | peak | back within 0.02 |\n"
+             "|---|---|---|---|---|\n"
+             + "\n".join(f"| {'SGD + momentum' if o == 'SGD' else o} | {'none' if c is None else f'τ = {c:g}'} | "
+                         f"{x['mean_excess']:.3f} | {x['peak_excess']:.3f} | {rec(x)} |"
+                         for (o, c), x in d.items()))
+    return Findings([
+        f"A bad batch's gradient was **{a['bad_grad_norm'] / a['typical_grad_norm']:.0f}×** a typical one. SGD turns "
+        "it into a step as large: unclipped, it was hurt the most.",
+        f"Clipping at $\\tau = 1$ cut SGD's damage **{cut:.0f}×**. AdamW, whose √v̂ grows with the burst and absorbs "
+        "part of it, was hurt less to begin with and gained less from clipping.",
+    ], [
+        table,
+        f"The {S.n_bad} bad batches' gradient norms reached {a['bad_grad_norm']:.1f}, against a typical "
+        f"{a['typical_grad_norm']:.2f} (AdamW's run, before clipping).",
+        f"Under SGD the bad gradients were {sgd['bad_grad_norm'] / sgd['typical_grad_norm']:.0f}× their typical size, "
+        "and so were its steps until clipping capped them.",
+    ])
 
 
 def clip_claims(d: dict[tuple, dict]) -> dict[str, tuple]:
@@ -185,7 +188,7 @@ def clip_claims(d: dict[tuple, dict]) -> dict[str, tuple]:
     sgd_removed = d[("SGD", None)]["mean_excess"] - d[("SGD", 1.0)]["mean_excess"]
     adamw_removed = d[("AdamW", None)]["mean_excess"] - d[("AdamW", 1.0)]["mean_excess"]
     return {
-        "sgd_clip": ("SGD + momentum: clipping at 1.0 cuts the bad batches' damage (mean excess val loss after the "
+        "sgd_clip": ("SGD + momentum: clipping at τ = 1 cuts the bad batches' damage (mean excess val loss after the "
                      "burst, no clip ÷ clip)",
                      d[("SGD", None)]["mean_excess"] / max(d[("SGD", 1.0)]["mean_excess"], 1e-3), at_least(1.4)),
         "adamw_gains_less": ("AdamW gains less from clipping: the damage clipping removes from SGD ÷ the damage it "

@@ -86,16 +86,21 @@ def effective_batch_panel() -> Panel:
 def findings(ledger: Ledger, S: Settings) -> Findings:
     fractions = {n: warmup_fraction(n) for n in RECIPES}
     ledger.note("warmup_fraction", fractions)
-    gpt3, llama = fractions["GPT-3 175B"], fractions["LLaMA 2 70B"]
+    known = {n: f for n, f in fractions.items() if f is not None}
     ours = S.batch_size * S.block_size
     ratios = [r["batch_tokens"] / ours for r in RECIPES.values() if r["batch_tokens"]]
+    table = ("| | warm-up, share of the run | peak learning rate |\n|---|---|---|\n"
+             + "\n".join(f"| {n} | {f:.2%} | {RECIPES[n]['peak_lr']:.1e} |" for n, f in known.items())
+             + "\n| LLaMA 2 7B (same paper) | | 3.0e-04 |"
+             + f"\n| this lab | 10% | {S.adamw_lr:.1e} |")
     return Findings([
-        f"Warm-up is a tiny share of a large run: **{gpt3:.2%}** of GPT-3's tokens, **{llama:.2%}** of LLaMA 2's "
-        "steps. The lab's runs are a few hundred steps, so they warm up over 10% (lesson 02: enough for Adam).",
-        "The choices that do not depend on scale carry over unchanged: AdamW with β2 = 0.95, weight decay 0.1 on "
-        "matrices only, clipping at 1.0, cosine decay to 10% of the peak.",
-        f"The peak learning rate grows as models shrink (LLaMA 2: 3e-4 at 7B, 1.5e-4 at 70B); this lesson's "
-        f"sub-million-parameter GPT runs at {S.adamw_lr:g}.",
-        f"Its batch of {S.batch_size} × {S.block_size} = {ours:,} tokens is 1/{min(ratios):,.0f} to "
-        f"1/{max(ratios):,.0f} of theirs.",
+        "The lab keeps the published choices that do not depend on scale: AdamW, β2, weight decay on matrices only, "
+        "clipping at $\\tau = 1$, a cosine to a tenth of the peak.",
+        f"It rescales those that do: its batch is at least **{min(ratios):,.0f}×** smaller, and its short runs warm up "
+        f"over a far larger share of their steps than large runs do (**{max(known.values()):.1%}** at most).",
+    ], [
+        table,
+        "The peak learning rate grows as models shrink: this lesson's sub-million-parameter GPT runs far above "
+        "LLaMA 2's.",
+        f"The lab's batch: {S.batch_size} sequences of {S.block_size} tokens, {ours:,} tokens per step.",
     ])
