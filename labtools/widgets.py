@@ -247,7 +247,7 @@ class Panel:
         if has_frontend():
             display(self.widget())
             return
-        rows = "\n".join(f"| {k} | {v!r} |" for k, v in self.values().items())
+        rows = "\n".join(f"| {k} | {getattr(v, 'value', v)!r} |" for k, v in self.values().items())  # enums by value
         display({"text/markdown": f"*{self.title + ': ' if self.title else ''}the figure for the panel's starting "
                                   "values; open the notebook in JupyterLab to move the controls.*\n\n<details><summary>"
                                   f"Starting values</summary>\n\n| control | value |\n|---|---|\n{rows}\n\n</details>"},

@@ -445,7 +445,7 @@ def test_lesson_12_flops_solution_passes_and_forgetting_attention_or_the_head_fa
         return 6 * (12 * L * d * d + V * d)
 
     out = flops_exercise.check_flops(no_attention, counts)
-    assert out.status == "fail" and "L = 2, d = 64" in out.message and "12·L·T·d" in out.message
+    assert out.status == "fail" and "L = 2, h = 64" in out.message and "12·L·s·h" in out.message
     assert "you said" in out.message
 
     def no_head(L, d, V, T):
