@@ -137,52 +137,56 @@ def findings(ledger: Ledger, S: Settings, runs: dict[Recipe, History]) -> Findin
     high = runs[Recipe.FP16_STATIC_HIGH]
     ledger.add("no_scaler_stalls", f"Gradients at 2⁻{k}: fp16 without a scaler learns nothing (val loss drop over "
                f"its {len(none.loss)} steps)", none.val_loss[0] - none.final_val_loss, at_most(0.05), kind="measured")
-    ledger.add("fp32_learns", f"… while fp32 learns (val loss drop over its {len(fp32.loss)} steps)",
-               fp32.val_loss[0] - fp32.final_val_loss,
-               at_least(0.5), kind="measured")
-    ledger.add("static_right", f"A static scale of 2^{k} trains like fp32 (|Δ final val| ≤ 0.1; fp16 rounding "
-               "drifts the runs apart by a few hundredths, while a scale that fails loses the whole drop above)",
-               abs(f[Recipe.FP16_STATIC] - f[Recipe.FP32]), at_most(0.1), kind="measured")
+    ledger.add("fp32_learns", f"Gradients at 2⁻{k}: fp32 learns (val loss drop over its {len(fp32.loss)} steps)",
+               fp32.val_loss[0] - fp32.final_val_loss, at_least(0.5), kind="measured", detail=True)
+    gap = {r: abs(f[r] - f[Recipe.FP32]) for r in (Recipe.FP16_STATIC, Recipe.FP16_DYNAMIC)}
+    ledger.add("scaled_like_fp32", f"A static scale of 2^{k} and the dynamic scaler both train like fp32 (worst "
+               "|Δ final val| of the two ≤ 0.1; fp16 rounding and skipped steps drift the runs apart by a few "
+               "hundredths, while a scale that fails loses the whole drop fp32 makes)", max(gap.values()),
+               at_most(0.1), kind="measured")
     ledger.add("static_too_high", f"A static scale of 2^{k + 24} overflows: every step skipped (fraction)",
-               float(np.mean(high.skipped)), approx(1.0, abs=1e-9), kind="measured")
+               float(np.mean(high.skipped)), approx(1.0, abs=1e-9), kind="measured", detail=True)
     ledger.add("dynamic_backs_off", "The dynamic scaler both grows and backs off (skipped steps)", sum(dyn.skipped),
-               at_least(1), kind="measured")
-    ledger.add("dynamic_matches", "… and trains close to fp32; the steps it skips cost a little (|Δ final val| ≤ 0.1)",
-               abs(f[Recipe.FP16_DYNAMIC] - f[Recipe.FP32]), at_most(0.1), kind="measured")
+               at_least(1), kind="measured", detail=True)
     partial = Recipe.FP16_NO_SCALER_PARTIAL
     flushed = {n: float(np.mean(h.extra["zero_grads"])) for n, h in runs.items()}
     drop = {n: h.val_loss[0] - h.final_val_loss for n, h in runs.items()}
     ledger.add("partial_underflow", f"At 2^-{PARTIAL_EXP} underflow is partial: fp16 without a scaler flushes some of "
                "the gradient entries to zero, not all (fraction exactly zero, mean over steps)",
-               flushed[partial], between(0.01, 0.99),
-               kind="measured")
-    ledger.add("partial_costs", "… and that run ends clearly worse than fp32 (final val loss − fp32's): partial "
-               "underflow is not harmless", f[partial] - f[Recipe.FP32], at_least(0.1), kind="measured")
+               flushed[partial], between(0.01, 0.99), kind="measured", detail=True)
+    ledger.add("partial_costs", f"Partial underflow (gradients at 2^-{PARTIAL_EXP}, no scaler) is not harmless: the "
+               "run ends clearly worse than fp32 (final val loss − fp32's)", f[partial] - f[Recipe.FP32],
+               at_least(0.1), kind="measured")
     bf, bs = runs[Recipe.BF16], runs[Recipe.BF16_GRADSCALER]
+    same = max(abs(a - b) for a, b in zip(bf.loss, bs.loss))
     ledger.add("bf16_scaler_same", "bf16 autocast with a GradScaler: every training loss (its first "
                f"{len(bs.loss)} steps) equals the run without one "
                "(max |Δ loss|; a power-of-two scale is exact in bf16, and nothing underflows)",
-               max(abs(a - b) for a, b in zip(bf.loss, bs.loss)), at_most(0.0), kind="measured")
-    ledger.add("bf16_scaler_grows", "… it never skips a step, so its scale only grows (skipped steps)",
-               sum(bs.skipped), at_most(0), kind="measured")
+               same, at_most(0.0), kind="measured")
+    ledger.add("bf16_scaler_grows", "bf16 autocast with a GradScaler never skips a step, so its scale only grows "
+               "(skipped steps)", sum(bs.skipped), at_most(0), kind="measured", detail=True)
     ledger.note("scaling_final_val", f)
     ledger.note("zero_grad_fraction", flushed)
+    lost = flushed[Recipe.FP16_NO_SCALER]
+    table = ("| run | steps | validation loss change | gradient entries exactly zero | steps skipped |\n"
+             "|---|---|---|---|---|\n"
+             + "\n".join(f"| {r.label(k)} | {len(h.loss)} | {-drop[r]:+.2f} | {flushed[r]:.1%} | {sum(h.skipped)} |"
+                         for r, h in runs.items()))
     return Findings([
-        f"**No scaler**: {flushed[Recipe.FP16_NO_SCALER]:.1%} of fp16's gradient entries were exactly zero; val loss "
-        f"moved by {-drop[Recipe.FP16_NO_SCALER]:+.2f} against fp32's {-drop[Recipe.FP32]:+.2f}. Nothing was learned.",
-        f"**Static 2^{k}** undoes the 2^-{k} exactly: final val {f[Recipe.FP16_STATIC]:.3f} against fp32's "
-        f"{f[Recipe.FP32]:.3f}.",
-        f"**Static 2^{k + 24}** overflowed on {sum(high.skipped)} of its {len(high.skipped)} steps, every one "
-        "skipped.",
-        f"**Dynamic**: from 2^16 it grew every {S.growth_interval} clean steps, backed off {sum(dyn.skipped)} "
-        f"time{'s' * (sum(dyn.skipped) != 1)} "
-        f"and ended at 2^{math.log2(dyn.loss_scale[-1]):.0f}; final val {f[Recipe.FP16_DYNAMIC]:.3f}.",
-        f"**Partial underflow** (2^-{PARTIAL_EXP}): {flushed[partial]:.1%} of the entries were zero (fp32: "
-        f"{flushed[Recipe.FP32]:.1%}) and val loss moved by {-drop[partial]:+.2f}, fp32's by "
-        f"{-drop[Recipe.FP32]:+.2f}. "
-        + ("It learned, only worse: nothing announces the lost gradients but the loss." if drop[partial] > 0 else
-           "It got worse: losing most gradients need not stall a run politely."),
-        f"**bf16 + GradScaler** skipped {sum(bs.skipped)} steps, its scale grew to "
-        f"2^{math.log2(bs.loss_scale[-1]):.0f}, and its losses equal plain bf16's to "
-        f"{max(abs(a - b) for a, b in zip(bf.loss, bs.loss)):.1g}: the scaler changes nothing.",
+        (f"Without a scaler {'every gradient entry' if lost > 0.999 else f'{lost:.0%} of the gradient entries'} "
+         "flushed to zero and "
+         "fp16 learned nothing; a static scale that undoes the shrink, or the dynamic scaler, trains like fp32 (final "
+         f"losses within **{max(gap.values()):.2f}** nats)."),
+        (f"Partial underflow is the quiet failure: with {flushed[partial]:.0%} of the gradients lost, the run "
+         + ("still learned" if drop[partial] > 0 else "got worse") + f", and ended **{f[partial] - f[Recipe.FP32]:.2f}**"
+         " nats behind fp32. Nothing announces it but the loss."),
+        ("bf16 needs no scaler: with one, its losses are the same to the last bit." if same == 0 else
+         f"bf16 with a scaler differed from bf16 without by {same:.1g} in loss."),
+    ], [
+        table,
+        f"The dynamic scaler started at $2^{{16}}$, doubled after every {S.growth_interval} clean steps, backed off "
+        f"{sum(dyn.skipped)} time{'s' * (sum(dyn.skipped) != 1)} and ended at "
+        f"$2^{{{math.log2(dyn.loss_scale[-1]):.0f}}}$.",
+        f"bf16 with a GradScaler ended at a scale of $2^{{{math.log2(bs.loss_scale[-1]):.0f}}}$, having skipped "
+        f"{sum(bs.skipped)} steps.",
     ])

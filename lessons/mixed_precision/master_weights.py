@@ -82,16 +82,17 @@ def findings(ledger: Ledger, runs: dict[str, History]) -> Findings:
     a, b = st["fp32 master + bf16 compute"], st["pure bf16 weights"]
     ledger.add("bf16_stagnates", "Pure bf16 weights: late in training a step leaves most weights unchanged "
                "(fraction unchanged)", b["unchanged_late"], at_least(0.3), kind="measured")
-    ledger.add("ln_frozen", "… and the LayerNorm gains frozen (fraction unchanged)", b["ln_unchanged_late"],
-               at_least(0.9), kind="measured")
+    ledger.add("ln_frozen", "Pure bf16 weights: late in training the LayerNorm gains are frozen (fraction unchanged)",
+               b["ln_unchanged_late"], at_least(0.9), kind="measured", detail=True)
     ledger.add("master_moves", "With fp32 master weights, almost every weight moves (fraction unchanged)",
-               a["unchanged_late"], at_most(0.01), kind="measured")
+               a["unchanged_late"], at_most(0.01), kind="measured", detail=True)
     ledger.note("master", st)
     return Findings([
-        f"In the last quarter of training, a step left **{b['unchanged_late']:.0%}** of the pure-bf16 weights exactly "
-        f"unchanged (LayerNorm gains: {b['ln_unchanged_late']:.0%}); with an fp32 master copy, "
-        f"{a['unchanged_late']:.1%}.",
-        f"Final val loss {b['final_val']:.3f} with pure bf16 weights, {a['final_val']:.3f} with the master.",
+        f"Because bf16 weights stop moving: late in training a step left **{b['unchanged_late']:.0%}** of them exactly "
+        f"unchanged, and {b['ln_unchanged_late']:.0%} of the LayerNorm gains.",
+        f"With an fp32 master copy almost every weight moves at every step ({a['unchanged_late']:.1%} unchanged).",
+    ], [
+        f"Final validation loss: {b['final_val']:.3f} with pure bf16 weights, {a['final_val']:.3f} with the master.",
         f"A bf16 weight near 1.0 moves in steps of 2⁻⁷: an Adam update of about the learning rate, "
         f"{runs['pure bf16 weights'].lr[-1]:.1e} at the end, rounds back to where it was.",
     ])

@@ -2,6 +2,7 @@
 
 import copy
 import math
+import re
 
 import ipywidgets as W
 import numpy as np
@@ -17,6 +18,17 @@ from labtools.widgets import Panel
 from lessons.mixed_precision import Settings, build, corpus
 
 OVERFLOW_SCALES = tuple(float(10**e) for e in np.arange(0, 7.01, 0.5))
+PARTS = {"wte": "token embedding", "wpe": "position embedding", "drop": "dropout", "ln_1": "LayerNorm 1",
+         "attn.c_attn": "attention in", "attn.c_proj": "attention out", "attn.resid_dropout": "attention dropout",
+         "ln_2": "LayerNorm 2", "mlp.c_fc": "MLP in", "mlp.gelu": "GELU", "mlp.c_proj": "MLP out",
+         "mlp.dropout": "MLP dropout", "ln_f": "final LayerNorm", "lm_head": "output head"}
+
+
+def part(name: str) -> str:
+    """A leaf module's name as a reader says it: "transformer.h.0.mlp.c_fc" -> "block 0 · MLP in"."""
+    name = name.removeprefix("transformer.")
+    m = re.match(r"h\.(\d+)\.(.*)", name)
+    return f"block {m.group(1)} · {PARTS.get(m.group(2), m.group(2))}" if m else PARTS.get(name, name)
 
 
 def _forward_probe(model: nn.Module, X, Y, k: float, autocast_fp16: bool = False) -> dict:
@@ -91,15 +103,16 @@ def first_overflow(probes: dict[float, dict]) -> float | None:
 def figure(sweep: dict[float, dict], k: float) -> go.Figure:
     r = sweep[k]
     names = list(r["fp32"]["acts"])
-    fig = go.Figure(go.Bar(x=names, y=[r["fp32"]["acts"][n] for n in names], name="largest |activation| (fp32)",
+    fig = go.Figure(go.Bar(x=[part(n) for n in names], y=[r["fp32"]["acts"][n] for n in names],
+                           name="largest |activation| (fp32)",
                            marker_color=plots.color(0)))
     plots.marked_line(fig, y=FORMATS["fp16"].max, text="fp16 max 65504", log=True, line=dict(color="red"))
     def verdict_of(p):
         first = r[p]["first_nonfinite"]
-        return f"{p}: loss {r[p]['loss']:.4g}" + (f" (first non-finite: {first})" if first else "")
+        return f"{p}: loss {r[p]['loss']:.4g}" + (f" (first non-finite: {part(first)})" if first else "")
 
     verdict = " · ".join(verdict_of(p) for p in ("fp16", "bf16", "fp16 autocast"))
-    plots.style(fig, f"Residual stream × {k:.3g} — {verdict}", "", "largest |value|")
+    plots.style(fig, f"Residual stream × γ = {k:.3g} — {verdict}", "", "largest |value|")
     fig.update_yaxes(type="log")
     fig.update_xaxes(tickangle=45)
     return fig
@@ -107,8 +120,8 @@ def figure(sweep: dict[float, dict], k: float) -> go.Figure:
 
 def panel(sweep: dict[float, dict]) -> Panel:
     control = W.SelectionSlider(options=[(f"{k:.0e}", k) for k in OVERFLOW_SCALES], value=1e6,
-                                description="scale k", style={"description_width": "initial"})  # 1e6: fp16 fails
-    return Panel(lambda k: figure(sweep, k), {"k": control}, debounce_ms=0,
+                                description="scale γ", style={"description_width": "initial"})  # 1e6: fp16 fails
+    return Panel(lambda gamma: figure(sweep, gamma), {"gamma": control}, debounce_ms=0,
                  title="Scale the residual stream: where does fp16 give up?")
 
 
@@ -117,27 +130,36 @@ def findings(ledger: Ledger, sweep: dict[float, dict]) -> Findings:
     bf16_ok = all(math.isfinite(r["bf16"]["loss"]) for r in sweep.values())
     first = next((sweep[k]["fp16"]["first_nonfinite"] for k in OVERFLOW_SCALES if sweep[k]["fp16"]["first_nonfinite"]),
                  None)
-    ledger.add("fp16_overflow", "Residual stream scaled past 65504: fp16's loss is not finite at the largest k",
-               not math.isfinite(sweep[OVERFLOW_SCALES[-1]]["fp16"]["loss"]), is_true(), kind="measured")
-    ledger.add("fp16_fine_small", "… and is finite (equal to fp32's within 1%) at k = 1",
-               abs(sweep[1.0]["fp16"]["loss"] / sweep[1.0]["fp32"]["loss"] - 1), at_most(0.01), kind="measured")
-    ledger.add("bf16_no_overflow", "bf16's loss stays finite at every k", bf16_ok, is_true(), kind="measured")
-    ledger.add("overflow_where_predicted", "fp16 fails where 65504 ÷ max|embedding| predicts (first failing k on the "
+    ledger.add("fp16_overflow", "Residual stream scaled past 65504: fp16's loss is not finite at the largest γ",
+               not math.isfinite(sweep[OVERFLOW_SCALES[-1]]["fp16"]["loss"]), is_true(), kind="measured", detail=True)
+    ledger.add("fp16_fine_small", "Unscaled (γ = 1), fp16's loss is finite and equals fp32's within 1%",
+               abs(sweep[1.0]["fp16"]["loss"] / sweep[1.0]["fp32"]["loss"] - 1), at_most(0.01), kind="measured",
+               detail=True)
+    ledger.add("bf16_no_overflow", "bf16's loss stays finite at every γ", bf16_ok, is_true(), kind="measured")
+    ledger.add("overflow_where_predicted", "fp16 fails where 65504 ÷ max|embedding| predicts (first failing γ on the "
                "grid ÷ predicted: within one grid step, a factor √10, above)", (observed or math.inf) / predicted,
                between(1.0, math.sqrt(10)), kind="measured")
     auto_ok = all(math.isfinite(r["fp16 autocast"]["loss"]) for r in sweep.values())
     ledger.add("autocast_no_overflow", "Under fp16 *autocast* (fp32 weights, as section 4 trains) the same scaled "
-               "residual stream never overflows: the loss is finite at every k (the residual add stays fp32, "
+               "residual stream never overflows: the loss is finite at every γ (the residual add stays fp32, "
                "LayerNorm runs in fp32)", auto_ok, is_true(), kind="measured")
     ledger.note("overflow_threshold", {"predicted": predicted, "observed": observed})
+    top = OVERFLOW_SCALES[-1]
+    emb = sweep[1.0]["fp32"]["acts"]["transformer.wte"]
+    answer = ("fp16 gave up where predicted: its loss first became inf or NaN at "
+              f"**γ = {observed:.0e}**, against {predicted:.2g} predicted." if observed else
+              "fp16's loss stayed finite over the whole grid: no value passed 65504.")
+    safe = [name for name, ok in (("bf16", bf16_ok), ("fp16 under autocast", auto_ok)) if ok]
     return Findings([
-        f"The largest token-embedding value is {sweep[1.0]['fp32']['acts']['transformer.wte']:.3g}, so fp16 should "
-        f"give up near k ≈ {predicted:.3g} (computed); its loss was first non-finite at **k = {observed:.3g}**"
-        + (f", starting in `{first}`." if first else "."),
-        f"bf16 stayed finite at every k{'' if bf16_ok else ' — no, it did not'}: its exponent is fp32's, so its "
-        "largest number is 3.4 × 10³⁸, not 65504.",
-        f"Under fp16 *autocast* the same scaled stream {'never overflowed' if auto_ok else 'overflowed'}, even at k = "
-        f"{OVERFLOW_SCALES[-1]:.0e}: the weights, LayerNorm and the residual additions stay in fp32.",
+        answer,
+        (f"{'Neither bf16 nor fp16 under autocast' if len(safe) == 2 else safe[0] + ' never'} overflowed, even at "
+         f"γ = {top:.0e}: bf16 has fp32's exponent, and autocast keeps the residual stream and LayerNorm in fp32."
+         if safe else "bf16 and fp16 under autocast overflowed too: see the ledger."),
+    ], [
+        f"The largest token-embedding value is {emb:.3g}, so 65504 ÷ it predicts γ ≈ {predicted:.2g}.",
+        f"fp16's first output that was not finite: {part(first)}." if first else "fp16 had no output that was not "
+        "finite.",
+        "bf16's largest number is 3.4 × 10³⁸, not 65504.",
     ])
 
 
@@ -146,14 +168,18 @@ def autocast_findings(ledger: Ledger, r: dict) -> Findings:
     observed = first_overflow(r["runs"])
     where = next((run["first_nonfinite"] for run in r["runs"].values() if run["first_nonfinite"]), None)
     ledger.add("autocast_overflow", "fp16 autocast overflows where a matrix product's output passes 65504: block 0's "
-               "MLP weights × k fail at the k that 65504 ÷ its largest output predicts (first failing k on the grid ÷ "
+               "MLP weights × γ fail at the γ that 65504 ÷ its largest output predicts (first failing γ on the grid ÷ "
                "predicted: within one grid step, above)", (observed or math.inf) / predicted,
                between(1.0, math.sqrt(10)), kind="measured")
     ledger.note("autocast_overflow", {"predicted": predicted, "observed": observed, "first_nonfinite": where})
     return Findings([
-        f"Block 0's first MLP product has largest output {r['fp32_max']:.3g} (fp32), so with its weights × k fp16 "
-        f"autocast should fail near k ≈ {predicted:.3g} (computed); it first failed at **k = {observed:.3g}**"
-        + (f", in `{where}`." if where else "."),
-        "Under autocast the danger is a product whose *output* leaves fp16's range: large weights, or attention "
-        "logits growing during training.",
+        (f"In a matrix product whose output leaves fp16's range: with the first MLP's weights × γ, autocast first "
+         f"failed at **γ = {observed:.0e}**, near the predicted {predicted:.2g}." if observed else
+         "Not on this grid: no product's output passed 65504."),
+        "So under autocast the danger is a product with large weights, or attention logits that grow during "
+        "training.",
+    ], [
+        f"The first MLP product's largest output is {r['fp32_max']:.3g} in fp32, so 65504 ÷ it predicts "
+        f"γ ≈ {predicted:.2g}.",
+        f"The first output that was not finite: {part(where)}." if where else "No output was non-finite.",
     ])

@@ -77,12 +77,14 @@ def findings(ledger: Ledger, ms: dict[str, dict[str, float]]) -> Findings:
         ledger.note("bf16_speedup", speedup)
     slow = {p: mm[p] / mm["fp32"] for p in ("bf16", "fp16")}
     emulated = [p for p in ("bf16", "fp16") if slow[p] > 4]
+    units = (f"This CPU reports {', '.join(flags)}" if flags else "This CPU reports no 16-bit arithmetic units")
+    table = ("| precision | ms per training step | ms per matrix product | × fp32's time (product) |\n"
+             "|---|---|---|---|\n"
+             + "\n".join(f"| {p} | {st[p]:.1f} | {mm[p]:.2f} | {mm[p] / mm['fp32']:.3g} |" for p in st))
     return Findings([
-        f"Per training step of this lesson's model: fp32 {st['fp32']:.1f} ms, bf16 {st['bf16']:.1f} ms, fp16 "
-        f"{st['fp16']:.1f} ms. bf16 autocast ran at **{speedup:.2f}×** fp32's speed here.",
-        f"Per {n}×{n} matrix product: fp32 {mm['fp32']:.2f} ms, bf16 {mm['bf16']:.2f} ms ({slow['bf16']:.3g}× "
-        f"fp32's time), fp16 {mm['fp16']:.2f} ms ({slow['fp16']:.3g}×).",
-        (f"This CPU reports {', '.join(flags)}." if flags else "This CPU reports no 16-bit arithmetic units.")
-        + (f" Its {' and '.join(emulated)} products took over 4× fp32's time: they are converted and computed in "
-           "software." if emulated else " No 16-bit product was much slower than fp32's: it has units for them."),
-    ])
+        f"{'Yes' if speedup > 1.1 else 'No'}: a training step under bf16 autocast ran at **{speedup:.2f}×** fp32's "
+        "speed here.",
+        units + (f": its {' and '.join(emulated)} matrix products took up to **{max(slow.values()):.0f}×** fp32's "
+                 "time, converted and computed in software." if emulated else
+                 ": no 16-bit product was much slower than fp32's, so it has units for them."),
+    ], [table, f"The matrix products are {n} × {n}; each time is the median of alternating rounds."])

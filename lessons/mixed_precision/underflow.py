@@ -61,11 +61,14 @@ def findings(ledger: Ledger, grads: np.ndarray) -> Findings:
     fr0, fr16 = fp16_fractions(grads, 0), fp16_fractions(grads, 16)
     ledger.add("underflow", "Some real gradients flush to zero in fp16 (fraction of parameters' gradient entries)",
                fr0["flushed"], at_least(1e-4), kind="measured")
-    ledger.add("underflow_recovered", "A scale of 2¹⁶ recovers them (flushed with S = 2¹⁶ ÷ without)",
-               fr16["flushed"] / max(fr0["flushed"], 1e-12), at_most(0.2), kind="measured")
+    ledger.add("underflow_recovered", "Multiplied by S = 2¹⁶ before fp16 stores them, those gradients survive "
+               "(flushed with S = 2¹⁶ ÷ without)",
+               fr16["flushed"] / max(fr0["flushed"], 1e-12), at_most(0.2), kind="measured", detail=True)
     ledger.note("fp16_fractions", {"S=1": fr0, "S=2^16": fr16})
     return Findings([
-        f"Of this model's real gradient entries, **{fr0['flushed']:.2%}** flush to zero in fp16 and "
-        f"{fr0['subnormal']:.1%} are subnormal.",
-        f"Scaled by 2¹⁶ first, {fr16['flushed']:.2%} flush.",
-    ])
+        f"Some of this model's real gradients flush to zero in fp16 (**{fr0['flushed']:.2%}**), and "
+        f"{fr0['subnormal']:.0%} lose precision as subnormals.",
+        f"Multiplied by $S = 2^{{16}}$ before storing, "
+        + (f"only {100 * fr16['flushed']:.2g}% flush" if fr16["flushed"] > 0 else "none flush")
+        + ": the histogram slides right, into fp16's range.",
+    ], [f"Overflow at $S = 2^{{16}}$: {100 * fr16['overflow']:.2g}% of the entries."])
