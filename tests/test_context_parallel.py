@@ -6,8 +6,8 @@ import torch.nn.functional as F
 
 from labtools.exercises import NOT_WRITTEN
 from labtools.parallel import launch
-from labtools.parallel.context import (block_attention, merge, positions, predicted_bytes, scores_per_rank,
-                                       segments)
+from labtools.parallel.context import (block_attention, block_counts, merge, positions, predicted_bytes,
+                                       scores_per_rank, segments)
 
 
 def test_every_position_is_held_by_exactly_one_rank_in_either_layout():
@@ -47,6 +47,39 @@ def test_ring_attention_on_four_ranks_equals_one_process_and_zigzag_evens_the_wo
     assert contiguous == scores_per_rank(64, 4, "contiguous") and zigzag == scores_per_rank(64, 4, "zigzag")
     # in total zig-zag computes less: its diagonal blocks are 8 × 8, so fewer masked scores are computed and dropped
     assert sum(zigzag) < sum(contiguous)
+
+
+def test_the_block_cost_claim_tells_its_model_from_costing_blocks_by_their_scores_alone():
+    from lessons.context_parallel import ranks, settings
+    from lessons.context_parallel.ring import predicted_busiest
+    S = settings("smoke", seq=64, rounds=2, worlds=(4,))
+    timed_here = ranks.timings(S, 4)
+    costs = timed_here["block_costs"]
+    assert all(t > 0 for kind in costs.values() for t in kind.values())
+    assert costs["masked"]["8"] > costs["whole"]["8"]  # the mask is built and applied
+    timed = predicted_busiest({"block_costs": costs}, S)
+    per_score = {k: {n: costs["whole"]["16"] * (int(n) / 16) ** 2 for n in costs[k]} for k in ("whole", "masked")}
+    scores_only = predicted_busiest({"block_costs": dict(per_score, merge={"16": 0, "8": 0},
+                                                         skipped={"16": 0, "8": 0})}, S)
+    ratio = (scores_only["zigzag"] / scores_only["contiguous"]) / (timed["zigzag"] / timed["contiguous"])
+    assert abs(ratio - 1) > 0.25, f"costing blocks by scores alone would pass the ±25% claim: {ratio:.2f}"
+    times = timed_here["times"]["contiguous"]
+    assert len(times) == 4 and max(times) / min(times) > 1.5  # the last rank's work is the largest
+
+
+def test_block_counts_are_the_blocks_ring_attention_computes():
+    for layout in ("contiguous", "zigzag"):
+        for c in (2, 4):
+            for r in range(c):
+                counts = block_counts(64, c, r, layout)
+                computed = {k: v for k, v in counts.items() if k[0] not in ("merges", "skipped")}
+                blocks = sum(computed.values())
+                assert sum(k[0] ** 2 * v for k, v in computed.items()) == scores_per_rank(64, c, layout)[r]
+                n_query_blocks = 2 if layout == "zigzag" else 1
+                n = 64 // (c * n_query_blocks)
+                assert blocks + counts.get(("skipped", n), 0) == c * n_query_blocks ** 2  # every pair looked at
+                assert counts[("merges", n)] == blocks - n_query_blocks
+                assert sum(v for k, v in computed.items() if k[1]) == n_query_blocks  # the diagonal blocks
 
 
 def test_lesson_14_merge_solution_passes_and_forming_the_exp_sums_fails_on_large_scores():

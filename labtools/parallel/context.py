@@ -146,6 +146,32 @@ def scores_per_rank(s: int, c: int, layout: str) -> list[int]:
             for r in range(c)]
 
 
+def block_counts(s: int, c: int, r: int, layout: str) -> dict[tuple[int, bool], int]:
+    """The blocks rank r computes in ring attention, by (block length, masked?): masked where some keys lie after
+    some queries (the diagonal blocks), whole otherwise. Also ("skipped", n): the blocks looked at and skipped (every
+    key after every query), and ("merges", n): the merges of partial results (one per block after a query block's
+    first). What ring_attention runs, from positions alone."""
+    pos = positions(s, c, r, layout)
+    k = pieces(layout)
+    n = len(pos) // k
+    counts: dict = {}
+    for i, qs in enumerate(segments(len(pos), k)):
+        q_first, q_last = int(pos[qs][0]), int(pos[qs][-1])
+        done = 0
+        for j in range(c):
+            k_pos = positions(s, c, (r - j) % c, layout)
+            for ks in segments(len(k_pos), k):
+                k_first, k_last = int(k_pos[ks][0]), int(k_pos[ks][-1])
+                if k_first > q_last:  # looked at, and skipped: every key after every query
+                    counts[("skipped", n)] = counts.get(("skipped", n), 0) + 1
+                    continue
+                key = (n, k_last > q_first)
+                counts[key] = counts.get(key, 0) + 1
+                done += 1
+        counts[("merges", n)] = counts.get(("merges", n), 0) + max(done - 1, 0)
+    return counts
+
+
 def predicted_saved(scores: int, heads: int, element_size: int = 4) -> int:
     """Bytes a rank keeps for backward, its leading term: for every score entry it computed, per head, the score
     (logsumexp's backward needs it) and the weight (the product with the values needs it). Key/value blocks

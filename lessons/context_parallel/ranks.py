@@ -10,6 +10,7 @@ Launched from notebooks/14_context_parallel.ipynb through lessons/context_parall
 
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -19,7 +20,7 @@ import torch.nn.functional as F
 from labtools.exercises import load_function, where_it_failed
 from labtools.memory import saved_activations
 from labtools.parallel.comm import WireBytes
-from labtools.parallel.context import LAYOUTS, attend, block_attention, pieces, positions, ring_attention
+from labtools.parallel.context import LAYOUTS, attend, block_attention, merge, pieces, positions, ring_attention
 from labtools.parallel.toolkit import device, rank, report_progress, world_size
 from lessons.context_parallel import Settings
 
@@ -65,44 +66,70 @@ def _torch_cp(S: Settings, ref: dict) -> dict:
         return {"ran": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"}
 
 
-def _work_times(S: Settings, layout: str) -> list[float]:
-    """Each rank's forward work (its ring steps' blocks, without the sends), timed by rank 0 for every rank in turn,
-    round after round, and sent to all: one process on one core, so what differs is the work, not which core or
-    process a rank ran on (timed on the ranks themselves, four ranks on two cores differed by up to 1.6× for the
-    same work). Each turn repeats the forward for ~10 ms; best of S.rounds."""
-    c, blocks = world_size(), pieces(layout)
-    times = [math.inf] * c
-    if rank() == 0:
-        q, k, v, _ = tensors(S)
-        work = []
+@contextmanager
+def one_thread():
+    """Torch on one thread within the block, as each rank runs (torchrun's OMP_NUM_THREADS=1)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _reps(fn) -> int:
+    """How many calls of fn make ~10 ms (fn's first call is also its warm-up)."""
+    t0 = time.thread_time()
+    fn()
+    return max(1, math.ceil(0.01 / max(time.thread_time() - t0, 1e-6)))
+
+
+def timings(S: Settings, c: int) -> dict:
+    """In this process, on one thread, round after round: each of c ranks' forward work in both layouts (its ring
+    steps' blocks, without the sends), and what one block costs at both layouts' block lengths — whole (every key
+    before every query), masked (the diagonal: queries and keys at the same positions), skipped (every key after
+    every query: only looked at) — and one merge. One process on one core, so what differs is the work, not which
+    core or process a rank ran on (timed on the ranks themselves, four ranks on two cores differed by up to 1.6× for
+    the same work, and peers waiting in a collective took the core from the rank being timed); everything
+    alternates within each round, so a busy moment of the machine cannot favour one layout. Each is repeated for
+    ~10 ms per turn; CPU seconds of this thread, best of S.rounds."""
+    q, k, v, _ = tensors(S)
+    jobs = {}
+    for layout in LAYOUTS:
+        blocks = pieces(layout)
         for r in range(c):
             pos = positions(S.seq, c, r, layout)
             ring = [(k[..., kp, :], v[..., kp, :], kp)  # the key/value blocks in the order the ring brings them
                     for kp in (positions(S.seq, c, (r - j) % c, layout) for j in range(c))]
-            work.append((q[..., pos, :], pos, ring))
 
-        def forward(r: int) -> None:
-            ql, pos, ring = work[r]
-            acc = [None] * blocks
-            for kb, vb, kp in ring:
-                acc = attend(ql, pos, blocks, kb, vb, kp, acc)
-
-        with torch.no_grad():
-            first = []
-            for r in range(c):  # also the warm-up
+            def forward(ql=q[..., pos, :], pos=pos, ring=ring, blocks=blocks):
+                acc = [None] * blocks
+                for kb, vb, kp in ring:
+                    acc = attend(ql, pos, blocks, kb, vb, kp, acc)
+            jobs[("work", layout, r)] = forward
+    for n in (S.seq // c, S.seq // (2 * c)):  # contiguous blocks, zig-zag blocks
+        # one pair of blocks through the ring's own step (slicing and all), as the ranks' work runs it
+        qb, kb, vb = q[..., :n, :], k[..., :n, :], v[..., :n, :]
+        here, before = torch.arange(n, 2 * n), torch.arange(n)
+        o, lse = block_attention(qb, kb, vb, here, before)
+        jobs[("whole", n)] = lambda qb=qb, kb=kb, vb=vb, here=here, before=before: attend(qb, here, 1, kb, vb, before,
+                                                                                          [None])
+        jobs[("masked", n)] = lambda qb=qb, kb=kb, vb=vb, before=before: attend(qb, before, 1, kb, vb, before, [None])
+        jobs[("skipped", n)] = lambda qb=qb, kb=kb, vb=vb, here=here, before=before: attend(qb, before, 1, kb, vb,
+                                                                                            here, [None])
+        jobs[("merge", n)] = lambda o=o, lse=lse: merge(o, lse, o, lse)
+    best = dict.fromkeys(jobs, math.inf)
+    with torch.no_grad(), one_thread():
+        reps = {key: _reps(fn) for key, fn in jobs.items()}
+        for _ in range(S.rounds):
+            for key, fn in jobs.items():
                 t0 = time.thread_time()
-                forward(r)
-                first.append(time.thread_time() - t0)
-            reps = max(1, math.ceil(0.01 / max(min(first), 1e-6)))
-            for _ in range(S.rounds):
-                for r in range(c):
-                    t0 = time.thread_time()  # CPU seconds of this thread
-                    for _ in range(reps):
-                        forward(r)
-                    times[r] = min(times[r], (time.thread_time() - t0) / reps)
-    shared = [times]
-    dist.broadcast_object_list(shared, src=0)
-    return shared[0]
+                for _ in range(reps[key]):
+                    fn()
+                best[key] = min(best[key], (time.thread_time() - t0) / reps[key])
+    return {"times": {layout: [best[("work", layout, r)] for r in range(c)] for layout in LAYOUTS},
+            "block_costs": {kind: {str(n): best[(kind, n)] for n in (S.seq // c, S.seq // (2 * c))}
+                            for kind in ("whole", "masked", "skipped", "merge")}}
 
 
 def lesson_run(S: Settings) -> dict:
@@ -112,8 +139,7 @@ def lesson_run(S: Settings) -> dict:
     c, r = world_size(), rank()
     ref = reference(S)
     out = {"rank": r, "layouts": {}}
-    total = len(LAYOUTS) * (S.rounds + 2)
-    done = 0
+    total, done = len(LAYOUTS), 0
     for layout in LAYOUTS:
         pos = positions(S.seq, c, r, layout)
         counter: dict = {}
@@ -124,14 +150,10 @@ def lesson_run(S: Settings) -> dict:
         ql, kl, vl = (t[..., pos, :].clone().requires_grad_() for t in (q, k, v))
         saved, _ = saved_activations(lambda: ring_attention(ql, kl, vl, pos, blocks=pieces(layout)),
                                      exclude=[ql, kl, vl])
-        done += 2
-        report_progress(done, total, f"{layout}: timing")
-        seconds = _work_times(S, layout)[r]
-        done += S.rounds
-        report_progress(done, total, f"{layout}: timed")
+        done += 1
+        report_progress(done, total, layout)
         out["layouts"][layout] = {"positions": pos.tolist(), "max_diff": diff, "bytes": counter["bytes"],
                                   "sends": counter["sends"], "wire": wire.bytes, "scores": counter["scores"],
-                                  "compute_s": seconds,
                                   "saved": sum(t.nbytes for t in saved)}
     out["torch_cp"] = _torch_cp(S, ref)
     return out
