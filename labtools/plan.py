@@ -226,6 +226,25 @@ def _divisors(n: int) -> list[int]:
 
 
 @dataclass(frozen=True)
+class LinkCost:
+    """One collective's α-β model: seconds = steps · latency + bytes each rank sends / bandwidth."""
+    latency: float     # α, seconds per ring step
+    bandwidth: float   # β, bytes/s
+
+    def seconds(self, kind: str, n_bytes: float, world: int) -> float:
+        return collective_time(kind, n_bytes, world, self.bandwidth, self.latency)
+
+
+@dataclass(frozen=True)
+class CollectiveCosts:
+    """α and β of each collective the data-parallel traffic uses, where they were measured apart (a machine whose
+    reduce-scatter is not the ring's half of an all-reduce: gloo's sends as much as its all-reduce, lesson 08)."""
+    all_reduce: LinkCost
+    all_gather: LinkCost
+    reduce_scatter: LinkCost
+
+
+@dataclass(frozen=True)
 class Cluster:
     """GPUs and links, per GPU. Bandwidths are one direction's bytes/s (a 100 Gb/s link is 12.5e9)."""
     gpus_per_node: int
@@ -234,6 +253,13 @@ class Cluster:
     intra_bw: float        # within a node (NVLink)
     inter_bw: float        # between nodes (InfiniBand, one NIC per GPU)
     latency: float = 5e-6  # α per ring step, seconds
+    collectives: CollectiveCosts | None = None  # measured per collective: used for the data-parallel traffic
+
+    def dp_seconds(self, kind: str, n_bytes: float, world: int) -> float:
+        """A data-parallel collective between nodes: its measured α-β where given, else the ring's over inter_bw."""
+        if self.collectives is not None:
+            return getattr(self.collectives, kind).seconds(kind, n_bytes, world)
+        return collective_time(kind, n_bytes, world, self.inter_bw, self.latency)
 
 
 # Vendor figures (dense bf16, NVLink per direction = half the quoted bidirectional, one HDR/NDR NIC per GPU).
@@ -308,7 +334,11 @@ def step_time(model: ModelShape, cluster: Cluster, layout: Layout, global_batch:
       when recomputing), exposed, over NVLink when tp·cp fits a node, else over the network (Llama 3's
       all-gather context parallelism, Dubey et al. 2024, section 3.3.2);
     - the gradient all-reduce (over the dp·cp ranks that replicate the weights) runs over the network and
-      `dp_overlap` of it hides behind backward; pipeline sends of b·s·h/(tp·cp) per boundary are exposed once.
+      `dp_overlap` of it hides behind backward; with zero_stage 1 or 2 it is a reduce-scatter of the gradients and
+      an all-gather of the updated weights (on a ring, the all-reduce's bytes and steps); with zero_stage=3 the
+      weights' all-gather in forward,
+      again in backward, and the gradients' reduce-scatter, one of each per unit (a layer; the embeddings and head
+      one more), hidden as far; the cluster's measured per-collective costs replace the ring's where it has them; pipeline sends of b·s·h/(tp·cp) per boundary are exposed once.
     require_fit=True raises ValueError when the layout does not fit the GPU's memory.
     """
     check_layout(model, layout)
@@ -348,9 +378,18 @@ def step_time(model: ModelShape, cluster: Cluster, layout: Layout, global_batch:
                                                               link(layout.tp * layout.cp), cluster.latency)
         cp_s = per_layer * layers * m
     n = model.n_params or architecture(model.n_layer, model.n_embd, model.n_head, model.vocab, model.seq, 1).n_params
-    replicas = layout.dp * layout.cp
-    dp_s = collective_time("all_reduce", bpe * n / (layout.tp * layout.pp), replicas, cluster.inter_bw,
-                           cluster.latency) if replicas > 1 else 0.0
+    replicas, held = layout.dp * layout.cp, bpe * n / (layout.tp * layout.pp)
+    dp_s = 0.0
+    if replicas > 1 and zero_stage == 3:
+        # the weights gathered in forward and again in backward, the gradients scattered: one collective per unit,
+        # each layer a unit and the embeddings and head one more (as FSDP wraps them), so each pays its latency
+        units = layers + 1
+        dp_s = units * (2 * cluster.dp_seconds("all_gather", held / units, replicas)
+                        + cluster.dp_seconds("reduce_scatter", held / units, replicas))
+    elif replicas > 1 and zero_stage in (1, 2):  # the gradients reduce-scattered, the updated weights all-gathered
+        dp_s = cluster.dp_seconds("reduce_scatter", held, replicas) + cluster.dp_seconds("all_gather", held, replicas)
+    elif replicas > 1:  # the gradients all-reduced: on a ring the same bytes and steps as the two above
+        dp_s = cluster.dp_seconds("all_reduce", held, replicas)
     pp_s = 2 * (layout.pp - 1) * bsh / layout.tp / cluster.inter_bw if layout.pp > 1 else 0.0
     step = compute + bubble_s + tp_s + cp_s + (1 - dp_overlap) * dp_s + pp_s
     if require_fit and mem.total > cluster.gpu_memory:

@@ -86,12 +86,15 @@ def findings(ledger: Ledger, p: dict) -> Findings:
     ledger.note("example", {"layout": str(best.layout), "step_s": best.step_s, "days": run.days,
                             "days_with_failures": run.days_with_failures, "cost": run.cost, "mfu": best.mfu})
     return Findings([
-        f"The fastest layout that fits is **{best.layout}**: {best.step_s:.2f} s per step, "
-        f"{best.memory.total / GB:.0f} GB per GPU, {best.mfu:.0%} MFU (predicted).",
-        f"The runner-up, {second.layout}, loses {second.step_s - best.step_s:.2f} s per step, most of it to "
-        f"{part}.",
-        f"{len(unfit)} of {len(p['ranked'])} layouts do not fit 80 GB: too little tensor or pipeline parallelism "
-        f"leaves each GPU too much of the model.",
-        f"The run: **{run.days_with_failures:.0f} days** and **${run.cost / 1e6:.1f} M** (computed), "
-        f"{run.waste:.1%} of it lost to failures every {run.job_mtbf_h:.0f} h.",
+        f"Compute, plus whatever cannot hide behind it. The fastest layout that fits, `{best.layout}`, spends "
+        f"**{best.compute_s / best.step_s:.0%}** of its step computing; the runner-up loses time to {part}.",
+        f"Too little model parallelism does not fit at all, and the whole run takes **{run.days_with_failures:.0f} "
+        "days**, failures included.",
+    ], [
+        f"`{best.layout}`: {best.step_s:.2f} s per step, {best.memory.total / GB:.0f} GB per GPU, {best.mfu:.0%} MFU "
+        "(predicted).",
+        f"The runner-up, `{second.layout}`: {second.step_s - best.step_s:.2f} s per step slower.",
+        f"{len(unfit)} of {len(p['ranked'])} layouts do not fit 80 GB: each GPU would hold too much of the model.",
+        f"The run costs ${run.cost / 1e6:.1f} M (computed); {run.waste:.1%} of it is lost to failures, one every "
+        f"{run.job_mtbf_h:.0f} h.",
     ])

@@ -1,4 +1,4 @@
-"""Lesson 16's rank function: this machine measured for the planner, and the run it predicts.
+"""Lesson 16's rank function: this machine measured for the planner, and the runs it predicts.
 
 Launched from notebooks/16_plan_a_run.ipynb through lessons/plan_a_run/calibration.py, or by hand:
 
@@ -26,65 +26,146 @@ from labtools.parallel.toolkit import (build_gpt, device, global_batch, rank, ra
 # that do overlap backward compete with it for this machine's two cores, and a rank that must answer a ring step
 # waits for the scheduler: they cost more than the same bytes sent alone.)
 BUCKET_MB = 1024
+KINDS = ("all_reduce", "all_gather", "reduce_scatter")
 
 
 @dataclass(frozen=True, kw_only=True)
 class CalibrationJob(LabConfig):
     rounds: int = 5
     matmul_sizes: tuple = (128, 256)
-    repeats: int = 10      # all-reduces timed per round
+    repeats: int = 5                                  # collectives timed per message size and round
+    message_sizes: tuple = (2**14, 2**17, 2**20, 2**22)  # bytes: the collectives that calibrate α and β
 
 
-def _all_reduce_s(t: torch.Tensor, repeats: int) -> float:
-    """Seconds per all-reduce of t, every rank together."""
+def _collective_s(kind: str, n_bytes: int, repeats: int) -> float:
+    """Seconds per collective over n_bytes of fp32 (the all-reduced tensor, the all-gather's output, the
+    reduce-scatter's input), every rank together."""
+    N, dev = world_size(), device()
+    n = max(N, n_bytes // 4 // N * N)
+    whole, part = torch.zeros(n, device=dev), torch.zeros(n // N, device=dev)
+    run = {"all_reduce": lambda: dist.all_reduce(whole),
+           "all_gather": lambda: dist.all_gather_into_tensor(whole, part),
+           "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, whole)}[kind]
+    run()
     dist.barrier()
     t0 = time.perf_counter()
     for _ in range(repeats):
-        dist.all_reduce(t)
-    if t.is_cuda:
+        run()
+    if dev.type == "cuda":
         torch.cuda.synchronize()
     return (time.perf_counter() - t0) / repeats
 
 
+class ShardedStep:
+    """A data-parallel step written out with sharded optimizer state (ZeRO stage 2): after backward each rank
+    reduce-scatters the flattened gradients and keeps the average of its 1/N of them, updates its 1/N of the weights
+    with AdamW (state for that share only), and all-gathers the updated weights back into every rank's model. Two
+    collectives where DDP has one all-reduce: the same bytes on a ring, but each measured on its own here."""
+
+    def __init__(self, model: torch.nn.Module, lr: float):
+        self.model, self.params = model, [p for p in model.parameters()]
+        N = world_size()
+        self.n = sum(p.numel() for p in self.params)
+        self.padded = -(-self.n // N) * N
+        flat = torch.zeros(self.padded, device=self.params[0].device)
+        flat[:self.n] = torch.cat([p.detach().flatten() for p in self.params])
+        share = self.padded // N
+        self.shard = torch.nn.Parameter(flat[rank() * share:(rank() + 1) * share].clone())
+        self.optimizer = torch.optim.AdamW([self.shard], lr=lr, weight_decay=0.1)
+        self.grads, self.weights = torch.zeros_like(flat), flat
+
+    def step(self, X: torch.Tensor, Y: torch.Tensor, communicate: bool = True) -> None:
+        """One step; communicate=False does the same work without the two collectives (this rank's own share of its
+        own gradients, its weights left as they are): the step's compute, with nothing sent."""
+        _, loss = self.model(X, Y)
+        loss.backward()
+        torch.cat([p.grad.flatten() for p in self.params], out=self.grads[:self.n])
+        grad = torch.empty_like(self.shard)
+        if communicate:
+            dist.reduce_scatter_tensor(grad, self.grads)
+        else:
+            share = self.shard.numel()
+            grad.copy_(self.grads[rank() * share:(rank() + 1) * share])
+        self.shard.grad = grad.div_(world_size())
+        self.optimizer.step()
+        if communicate:
+            dist.all_gather_into_tensor(self.weights, self.shard.detach())
+        torch.nn.utils.vector_to_parameters(self.weights[:self.n], self.params)
+        for p in self.params:
+            p.grad = None
+
+    def timed(self, batches, communicate: bool = True) -> float:
+        """Seconds per step; without communication every step ends at a barrier, as a synchronous step ends."""
+        t0 = time.perf_counter()
+        for X, Y in batches:
+            self.step(X, Y, communicate)
+            if not communicate:
+                dist.barrier()
+        return (time.perf_counter() - t0) / len(batches)
+
+
 def calibrate(job: CalibrationJob) -> dict:
-    """What the planner needs from this machine, and the run it predicts, in alternating rounds:
-    - the matmul peak (rank 0 alone, the other ranks waiting);
-    - a training step of rank 0 alone with job.batch_size rows (the others waiting): the compute term;
-    - all-reduces of the gradients' size and of one number: the bandwidth β and the latency α;
-    - the same step on every rank under DDP, job.batch_size rows each: the run the planner predicts.
-    One thread per rank (torchrun's OMP_NUM_THREADS=1)."""
-    dev = device()
-    peak = None
-    if rank() == 0:
-        peak = profiling.matmul_peak(job.matmul_sizes, dev)["fp32"]["peak"]
-    dist.barrier()
+    """What the planner is calibrated on, and the runs it predicts, in alternating rounds. Calibration: three
+    collectives at several message sizes, none the size the runs send (their α and β); each run's step with nothing
+    sent, every rank at once (the compute the planner cannot predict at this scale); and, for comparison, the
+    matmul peak and one training step of rank 0 alone (the others waiting).
+    Predicted: a data-parallel step (DDP, one bucket: one all-reduce after backward) and the same step with sharded
+    optimizer state (ShardedStep: a reduce-scatter and an all-gather), job.batch_size rows per rank. One thread per
+    rank (torchrun's OMP_NUM_THREADS=1)."""
+    dev, N = device(), world_size()
     g = torch.Generator().manual_seed(job.seed)
+    rows = [global_batch(job, g, N * job.batch_size) for _ in range(job.steps + 1)]
+    mine = [(rank_rows(X), rank_rows(Y)) for X, Y in rows]
     solo = build_gpt(job)
     solo_opt = torch.optim.AdamW(param_groups(solo, 0.1), lr=job.lr)
     ddp = DDP(build_gpt(job), bucket_cap_mb=BUCKET_MB)
     ddp_opt = torch.optim.AdamW(param_groups(ddp.module, 0.1), lr=job.lr)
-    N = world_size()
-    rows = [global_batch(job, g, N * job.batch_size) for _ in range(job.steps + 1)]
-    mine = [(rank_rows(X), rank_rows(Y)) for X, Y in rows]
-    n_params = sum(p.numel() for p in ddp.module.parameters())
-    grads, one = torch.zeros(n_params, device=dev), torch.zeros(1, device=dev)
+    sharded = ShardedStep(build_gpt(job), job.lr)
+    n_params = sum(p.numel() for p in solo.parameters())
     timed_steps(ddp, ddp_opt, mine[:1])  # warm-up: DDP's first step builds its buckets
+    sharded.timed(mine[:1])
     if rank() == 0:
         timed_steps(solo, solo_opt, mine[:1])
-    _all_reduce_s(grads, 1)
-    out = {"solo_s": [], "together_s": [], "ddp_s": [], "all_reduce_s": [], "latency_s": []}
+    out = {"peak": [], "solo_s": [], "together_s": [], "sharded_alone_s": [], "ddp_s": [], "sharded_s": []}
+    collectives = {kind: {str(b): [] for b in job.message_sizes} for kind in KINDS}
     for r in range(job.rounds):
         dist.barrier()
         if rank() == 0:
+            out["peak"].append(profiling.matmul_peak(job.matmul_sizes, dev)["fp32"]["peak"])
             out["solo_s"].append(timed_steps(solo, solo_opt, mine[1:]))
         dist.barrier()
-        with ddp.no_sync():  # every rank computes at once, each step waits for the slowest, no gradients sent
+        with ddp.no_sync():  # every rank computes at once, each step waits for the slowest, nothing sent
             out["together_s"].append(timed_steps(ddp, ddp_opt, mine[1:], wait=True))
+        out["sharded_alone_s"].append(sharded.timed(mine[1:], communicate=False))
+        for kind in KINDS:
+            for b in job.message_sizes:
+                collectives[kind][str(b)].append(_collective_s(kind, b, job.repeats))
         dist.barrier()
         out["ddp_s"].append(timed_steps(ddp, ddp_opt, mine[1:]))
-        out["all_reduce_s"].append(_all_reduce_s(grads, job.repeats))
-        out["latency_s"].append(_all_reduce_s(one, job.repeats))
+        dist.barrier()
+        out["sharded_s"].append(sharded.timed(mine[1:]))
         report_progress(r + 1, job.rounds, "calibration rounds")
-    medians = {k: statistics.median(v) for k, v in out.items() if v}
-    return {"rounds": out, "median": medians, "peak": peak, "n_params": n_params, "world": N,
-            "vocab": ddp.module.config.vocab_size, "bucket_cap_mb": ddp.bucket_bytes_cap / 2**20}
+    return {"rounds": out, "median": {k: statistics.median(v) for k, v in out.items() if v},
+            "collectives": {kind: {b: statistics.median(v) for b, v in sizes.items()}
+                            for kind, sizes in collectives.items()},
+            "n_params": n_params, "world": N, "vocab": solo.config.vocab_size,
+            "bucket_cap_mb": ddp.bucket_bytes_cap / 2**20}
+
+
+def sharded_parity(job: CalibrationJob) -> dict:
+    """ShardedStep against one process: job.steps steps on every rank's rows, and AdamW (the same settings, on every
+    parameter) on the whole batch in one process; the largest difference of any weight afterwards."""
+    N = world_size()
+    g = torch.Generator().manual_seed(job.seed)
+    rows = [global_batch(job, g, N * job.batch_size) for _ in range(job.steps)]
+    sharded = ShardedStep(build_gpt(job), job.lr)
+    for X, Y in rows:
+        sharded.step(rank_rows(X), rank_rows(Y))
+    one = build_gpt(job)
+    opt = torch.optim.AdamW(one.parameters(), lr=job.lr, weight_decay=0.1)
+    for X, Y in rows:
+        _, loss = one(X, Y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return {"max_diff": max((a - b).abs().max().item() for a, b in zip(sharded.params, one.parameters()))}
