@@ -254,7 +254,7 @@ def test_the_readme_multi_node_commands_on_one_node(tmp_path):
                     "--node-rank", "0", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "-m",
                     "labtools.parallel.worker", job], check=True, capture_output=True, timeout=120)
     results = json.loads(run_cli("collect", str(run)).stdout)
-    assert [r["dist"]["rank"] for r in results] == [0, 1] and all(r["sum"] == 1.0 for r in results)
+    assert [r["dist"]["rank"] for r in results] == [0, 1] and all(r["result"]["sum"] == 1.0 for r in results)
 
     # a used run directory is refused, then cleared only on request; collect never mixes two runs
     refused = run_cli("make-job", "labtools.parallel.checks:hello", "--run-dir", str(run), check=False)

@@ -1,13 +1,20 @@
-"""A rank function's config on its way to the ranks: a dataclass, sent as JSON, rebuilt typed and validated.
+"""What crosses into and out of the ranks: dataclasses, sent as JSON, rebuilt typed and validated.
 
     config_type(fn)            the dataclass fn's one argument is annotated with (None: fn takes no argument)
     encode_config(fn, config)  JSON-ready data, after checking config is an instance of that dataclass
     decode_config(cls, data)   the dataclass again (tuples, nested dataclasses), __post_init__ run once more
+    result_type(fn)            the dataclass fn's return is annotated with
+    encode_result(fn, result)  JSON-ready data, after checking the result is an instance of it
+    decode_result(cls, data)   the result again, every field rebuilt as its annotation says
+
+A field may be a number, a string, a bool, None, a dataclass, or a list, tuple or dict of them (dict keys str or
+int: JSON turns int keys into strings, decoding turns them back).
 """
 
 import dataclasses
 import inspect
 import json
+import types
 import typing
 
 
@@ -19,9 +26,25 @@ def config_type(fn) -> type | None:
     hint = typing.get_type_hints(fn).get(params[0].name) if len(params) == 1 else None
     if not (isinstance(hint, type) and dataclasses.is_dataclass(hint)):
         raise ValueError(f"rank function {fn.__module__}.{fn.__qualname__} must take no arguments or one argument "
-                         "annotated with a dataclass (its config), e.g. `def fn(cfg: MyJob) -> dict`")
+                         "annotated with a dataclass (its config), e.g. `def fn(cfg: MyJob) -> MyResult`")
     return hint
 
+
+def result_type(fn) -> type:
+    """The dataclass a rank function returns (from its return annotation)."""
+    hint = typing.get_type_hints(fn).get("return")
+    if not (isinstance(hint, type) and dataclasses.is_dataclass(hint)):
+        raise ValueError(f"rank function {fn.__module__}.{fn.__qualname__} must be annotated to return a dataclass "
+                         f"(its result), e.g. `def fn(cfg: MyJob) -> MyResult`; got {hint!r}")
+    return hint
+
+
+def _json(value, what: str):
+    try:
+        return json.loads(json.dumps(dataclasses.asdict(value)))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{what} fields must be JSON-serialisable (numbers, strings, lists, dicts, dataclasses): "
+                         f"{e}") from e
 
 
 def encode_config(fn, config) -> dict | None:
@@ -36,31 +59,72 @@ def encode_config(fn, config) -> dict | None:
     if not isinstance(config, cls):
         raise ValueError(f"config must be a {cls.__qualname__} (the type {fn.__qualname__} is annotated with), "
                          f"got {type(config).__name__}")
-    try:
-        return json.loads(json.dumps(dataclasses.asdict(config)))
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"config fields must be JSON-serialisable (numbers, strings, tuples): {e}") from e
+    return _json(config, "config")
+
+
+def encode_result(fn, result) -> dict:
+    """The result as JSON-ready data, after checking it is an instance of the function's result dataclass."""
+    if isinstance(result, dict) and typing.get_type_hints(fn).get("return") in (dict, None):
+        return json.loads(json.dumps(result))  # TEMPORARY: untyped results while the lessons move over
+    cls = result_type(fn)
+    if not isinstance(result, cls):
+        raise TypeError(f"{fn.__module__}.{fn.__qualname__} must return a {cls.__qualname__} (its annotation), "
+                        f"returned {type(result).__name__}")
+    return _json(result, "result")
 
 
 def decode_config(cls: type, data: dict):
     """Rebuild a config dataclass from JSON data: lists become tuples where the field is a tuple, nested
     dataclasses are rebuilt, and __post_init__ validates it again."""
+    return _decode_dataclass(cls, data)
+
+
+def decode_result(cls: type, data: dict):
+    """Rebuild a result dataclass from JSON data, every field as its annotation says."""
+    return _decode_dataclass(cls, data)
+
+
+def _decode_dataclass(cls: type, data: dict):
+    if not isinstance(data, dict):
+        raise ValueError(f"{cls.__qualname__} must come as a JSON object, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
-    unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(names))
     if unknown:
-        raise ValueError(f"unknown field(s) {unknown} for {cls.__qualname__}; its fields: "
-                         f"{[f.name for f in dataclasses.fields(cls)]}")
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in data:
-            continue
-        value, hint = data[f.name], hints.get(f.name)
-        if isinstance(hint, type) and dataclasses.is_dataclass(hint) and isinstance(value, dict):
-            value = decode_config(hint, value)
-        elif typing.get_origin(hint) is tuple or hint is tuple:
-            value = _tuples(value)
-        kwargs[f.name] = value
-    return cls(**kwargs)
+        raise ValueError(f"unknown field(s) {unknown} for {cls.__qualname__}; its fields: {names}")
+    return cls(**{name: _decode(hints.get(name), data[name]) for name in names if name in data})
+
+
+def _decode(hint, value):
+    """value (from JSON) as the annotation `hint` says: dataclasses rebuilt, tuples from lists, int keys from
+    strings; Optional and unions tried in order."""
+    if hint is None or value is None or hint is typing.Any:
+        return value
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        for arm in args:
+            if arm is type(None):
+                continue
+            try:
+                return _decode(arm, value)
+            except (TypeError, ValueError):
+                continue
+        return value
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _decode_dataclass(hint, value)
+    if hint is tuple or origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            return value
+        if args and args[-1] is not Ellipsis and len(args) == len(value):
+            return tuple(_decode(a, v) for a, v in zip(args, value))
+        arm = args[0] if args else None
+        return tuple(_decode(arm, v) if arm is not None else _tuples(v) for v in value)
+    if origin is list:
+        return [_decode(args[0] if args else None, v) for v in value]
+    if origin is dict:
+        key, val = (args or (None, None))
+        return {(int(k) if key is int else k): _decode(val, v) for k, v in value.items()}
+    return value
 
 
 def _tuples(value):

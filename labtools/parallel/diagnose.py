@@ -3,6 +3,7 @@
 import json
 import re
 import signal
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -17,6 +18,27 @@ class RankFailed(RuntimeError):
         super().__init__(f"rank {rank} failed: {error}{detail}")
         self.rank, self.error, self.traceback, self.logs, self.signal = rank, error, traceback, logs, signal_name
 
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """Where and how a rank ran, as its worker recorded it."""
+    rank: int
+    world_size: int
+    backend: str
+    device: str
+    seconds: float      # the rank function's own time
+    run_id: str | None = None
+    restarts: int = 0   # torchrun's restarts before the attempt that produced the result
+
+
+class Ranks(list):
+    """Each rank's result, in rank order, typed as the rank function's return annotation; `.dist[r]` says where and
+    how rank r ran (its DistInfo)."""
+
+    def __init__(self, results, dist: list[DistInfo]):
+        super().__init__(results)
+        self.dist = dist
 
 
 _FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
@@ -94,7 +116,8 @@ def log_tails(run_dir: Path, nprocs: int) -> str:
 
 
 def read_results(run_dir: Path, nprocs: int | None = None) -> list[dict]:
-    """Each rank's result of the run whose job.json is in run_dir, in rank order — all from that one run.
+    """Each rank's {"result": ..., "dist": ...} of the run whose job.json is in run_dir, in rank order — all from
+    that one run.
 
     Refuses results of another run (a different run id), a missing rank, or a world size that disagrees.
     """

@@ -35,13 +35,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import typing
 import uuid
 from pathlib import Path
 
 import torch
 
-from labtools.parallel.codec import encode_config
-from labtools.parallel.diagnose import all_results, diagnose, log_tails, read_results
+from labtools.parallel.codec import decode_result, encode_config, result_type
+from labtools.parallel.diagnose import DistInfo, Ranks, all_results, diagnose, log_tails, read_results
 from labtools.parallel.processes import run_pids, start_reaping, terminate
 from labtools.parallel.targets import ALLOW_ENV, TRUSTED_PACKAGES, allowed_prefixes, resolve_target, root_of, target_of
 from labtools.parallel.toolkit import RUN_DIR_ENV
@@ -77,8 +78,9 @@ def write_job(run_dir: Path, target: str, config: dict | None, backend: str, col
 
 def launch(fn, nprocs: int, config=None, *, backend: str = "auto", timeout_s: float | None = 300,
            collective_timeout_s: float = 60, desc: str | None = None, show_progress: bool = True,
-           keep_dir: bool = False, allow: tuple[str, ...] = (), max_restarts: int = 0) -> list[dict]:
-    """Run fn(config) on nprocs ranks via torchrun and return each rank's dict, in rank order.
+           keep_dir: bool = False, allow: tuple[str, ...] = (), max_restarts: int = 0) -> Ranks:
+    """Run fn(config) on nprocs ranks via torchrun and return each rank's result, in rank order, typed as fn's
+    return annotation (a dataclass; `.dist[r]` says where rank r ran).
 
     timeout_s bounds the whole run (None: no bound — a run that shows progress may take as long as it needs,
     and a hang still ends at the collective timeout); collective_timeout_s is the process-group timeout (a
@@ -141,7 +143,7 @@ def launch(fn, nprocs: int, config=None, *, backend: str = "auto", timeout_s: fl
         failure = diagnose(run_dir, nprocs, 0 if proc.returncode is None else proc.returncode)
         if failure is not None:
             raise failure
-        results = read_results(run_dir, nprocs)
+        results = typed(fn, read_results(run_dir, nprocs))
         ok = True
         return results
     except (KeyboardInterrupt, Cancelled):
@@ -160,6 +162,15 @@ def launch(fn, nprocs: int, config=None, *, backend: str = "auto", timeout_s: fl
             elif not ok:
                 print(f"run directory kept: {run_dir}", file=sys.stderr)
 
+
+
+def typed(fn, raw: list[dict]) -> Ranks:
+    """The ranks' results rebuilt as fn's return dataclass (validated like the config), with where each ran."""
+    dist = [DistInfo(**r["dist"]) for r in raw]
+    if typing.get_type_hints(fn).get("return") in (dict, None):  # TEMPORARY: untyped, while the lessons move over
+        return Ranks([dict(r["result"], dist=r["dist"]) for r in raw], dist)
+    cls = result_type(fn)
+    return Ranks([decode_result(cls, r["result"]) for r in raw], dist)
 
 
 def _update_bar(bar, run_dir: Path) -> None:

@@ -4,7 +4,8 @@
 
 JOB.json: {"run_id": "...", "target": "package.module:function", "config": {...} | null, "backend": "gloo" |
 "nccl", "collective_timeout_s": 60, "run_dir": "..."}. The config is rebuilt into the dataclass the function is
-annotated with. The rank writes run_dir/rank{r}.json (the function's dict plus a "dist" entry), or
+annotated with. The rank writes run_dir/rank{r}.json ({"result": the function's result dataclass as JSON, "dist":
+where and how it ran}), or
 run_dir/rank{r}.attempt{a}.error.json with its traceback (a = torchrun's restart count), and its output to
 rank{r}.log.
 
@@ -31,7 +32,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from labtools.parallel.codec import config_type, decode_config
+from labtools.parallel.codec import config_type, decode_config, encode_result
 from labtools.parallel.supervise import tie_to_parent
 from labtools.parallel.targets import resolve_target
 
@@ -78,12 +79,10 @@ def main(job_path: str) -> int:
         t0 = time.perf_counter()
         result = fn(*args)
         seconds = time.perf_counter() - t0
-        if not isinstance(result, dict):
-            raise TypeError(f"{job['target']} must return a dict, returned {type(result).__name__}")
-        result = dict(result, dist={"rank": rank, "world_size": dist.get_world_size(), "backend": backend,
-                                    "device": str(device), "seconds": seconds, "run_id": job.get("run_id"),
-                                    "restarts": attempt})
-        payload = json.dumps(result)
+        result = encode_result(fn, result)
+        payload = json.dumps({"result": result, "dist": {
+            "rank": rank, "world_size": dist.get_world_size(), "backend": backend, "device": str(device),
+            "seconds": seconds, "run_id": job.get("run_id"), "restarts": attempt}})
     except BaseException as e:  # noqa: BLE001 - recorded for the launcher, then the rank exits non-zero
         error = {"rank": rank, "time": time.time(), "error": f"{type(e).__name__}: {e}",
                  "traceback": traceback.format_exc(), "run_id": job.get("run_id"), "attempt": attempt}
