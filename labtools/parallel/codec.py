@@ -7,11 +7,12 @@
     encode_result(fn, result)  JSON-ready data, after checking the result is an instance of it
     decode_result(cls, data)   the result again, every field rebuilt as its annotation says
 
-A field may be a number, a string, a bool, None, a dataclass, or a list, tuple or dict of them (dict keys str or
-int: JSON turns int keys into strings, decoding turns them back).
+A field may be a number, a string, a bool, None, an enum of strings (labtools.keys.Key), a dataclass, or a list,
+tuple or dict of them (dict keys str, int or a Key: JSON turns keys into strings, decoding turns them back).
 """
 
 import dataclasses
+import enum
 import inspect
 import json
 import types
@@ -123,8 +124,19 @@ def _decode(hint, value):
         return [_decode(args[0] if args else None, v) for v in value]
     if origin is dict:
         key, val = (args or (None, None))
-        return {(int(k) if key is int else k): _decode(val, v) for k, v in value.items()}
+        return {_key(key, k): _decode(val, v) for k, v in value.items()}
+    if isinstance(hint, type) and issubclass(hint, enum.Enum) and not isinstance(value, hint):
+        return hint(value)
     return value
+
+
+def _key(hint, k):
+    """A dict key from JSON (always a string) as its annotation says: an int, or an enum member by its value."""
+    if hint is int:
+        return int(k)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return hint(k)
+    return k
 
 
 def _tuples(value):
