@@ -3,36 +3,27 @@
 Pure functions of numbers; every value is *computed*. Lesson 12 measures FLOPs per token with torch's counter
 and the machine's peak and MFU beside them.
 
-    flops_per_token(model)                       6N (8N with recomputation) + 12·L·T·d for a ModelShape
-    training_flops(N, D, n_layer, seq, n_embd)   (6N + 12·L·T·d)·D
+    training_flops(P, D, n_layer, seq, n_embd)   (6P + 12·L·s·h)·D
     training_seconds(flops, gpus, peak, mfu)     wall time at a model FLOPs utilisation
     training_cost(seconds, gpus, $/GPU-hour)
-    training_days(N, D, gpus, X)                 Narayanan et al.'s 8·T·P/(n·X)
-    PUBLISHED                                    GPT-3 175B and Llama 3 405B as their authors reported them
-    flops_by_convention(model, seq)              6·N + 12·L·T·d per token with N counted three ways (Convention)
+    training_days(P, D, gpus, X)                 Narayanan et al.'s 8·T·P/(n·X) (they write T for the tokens)
+    flops_by_convention(model, seq)              6·P + 12·L·s·h per token with P counted three ways (Convention)
+
+A shape's FLOPs per token are labtools.shapes.ModelShape.flops_per_token; published runs are in labtools.runs.
 """
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
-from labtools.budget import architecture
 from labtools.keys import Key
-
-if TYPE_CHECKING:
-    from labtools.plan import ModelShape
+from labtools.shapes import ModelShape
 
 
-def flops_per_token(model: "ModelShape", recompute: bool = False) -> float:
-    """Training FLOPs per token: 6N for the matrix products of forward (2N) and backward (4N) (Kaplan et al. 2020),
-    plus attention's own products 12·L·s·h, the causal mask's skipped half included (PaLM, Chowdhery et al. 2022,
-    appendix B; Kaplan et al.'s C_forward adds 2·L·s·h, 6·L·s·h for training); with full recomputation one more
-    forward: 8N + 16Lsh. Lesson 12 checks the formula against torch's FLOP counter."""
-    n = model.n_params or architecture(model.n_layer, model.n_embd, model.n_head, model.vocab, model.seq, 1).n_params
-    attention = 12 * model.n_layer * model.seq * model.n_embd
-    return (8 * n + 16 / 12 * attention) if recompute else (6 * n + attention)
+def flops_per_token(model: ModelShape, recompute: bool = False) -> float:
+    """Training FLOPs per token of a shape (labtools.shapes.ModelShape.flops_per_token: 6P, or 8P recomputed, plus
+    attention's 12·L·s·h). TEMPORARY name while lesson 16's calibration moves to the method."""
+    return model.flops_per_token(recompute)
 
 
 def training_days(n_params: float, tokens: float, gpus: int, flops_per_gpu: float, recompute: bool = True) -> float:
@@ -80,30 +71,6 @@ def training_cost(seconds: float, gpus: int, dollars_per_gpu_hour: float) -> flo
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise ValueError(f"gpus must be an int >= 1, got {gpus!r}")
     return seconds / 3600 * gpus * dollars_per_gpu_hour
-
-
-@dataclass(frozen=True)
-class PublishedRun:
-    """A training run as its authors reported it."""
-    n_params: float
-    tokens: float
-    flops: float           # as published
-    gpus: int
-    peak_flops: float      # per GPU, dense bf16 (vendor figure)
-    source: str
-    achieved_flops: float | None = None  # per GPU, as published (hardware FLOPs, recomputation included)
-    days: float | None = None            # as published
-
-
-PUBLISHED = {
-    # Brown et al. 2020, table D.1: 3.14e23 FLOPs. Narayanan et al. 2021, section 5.1: on 1024 A100s at 140
-    # teraFLOP/s each (with activation recomputation), "about 34 days".
-    "GPT-3 175B": PublishedRun(175e9, 300e9, 3.14e23, 1024, 312e12, "Brown et al. 2020; Narayanan et al. 2021",
-                               achieved_flops=140e12, days=34),
-    # Llama 3 (Dubey et al. 2024), section 3.2.1: 3.8e25 FLOPs for 405B parameters on 15.6T tokens; up to 16,384
-    # H100s at 38-43% MFU (section 3.3.2, table 4).
-    "Llama 3 405B": PublishedRun(405e9, 15.6e12, 3.8e25, 16384, 989e12, "Dubey et al. 2024"),
-}
 
 
 class Convention(Key):

@@ -1,226 +1,27 @@
-"""Planning arithmetic for parallel training: pipeline bubbles, collective bytes and α-β time, layouts.
+"""The planner: memory and time per step of a layout on a cluster, the layouts of a cluster ranked, and a whole run
+(days, cost, the time failures take).
 
-Pure functions of numbers — no torch.distributed, nothing measured here. Every value they return is
-*predicted*; the lessons put them beside what real ranks measure.
+Pure functions of numbers; every value is *predicted*. It adds up what the course measured piece by piece
+(labtools.layout: bubbles, collectives, memory per GPU; labtools.compute: FLOPs per token) for a model of
+labtools.shapes on a Cluster. Lesson 16 (notebooks/16_plan_a_run.ipynb) checks it against published runs
+(labtools.runs) and calibrates it on this machine.
 
-    bubble_fraction(p, m, v=1)          idle share of a synchronous pipeline: (p−1)/(v·m + p−1)
-    collective_bytes(kind, M, N)        bytes each rank sends in a ring collective over M bytes
-    collective_time(kind, M, N, β, α)   α-β model: α per ring step + bytes / β
-    MODELS, memory_per_gpu(...)         published model shapes and their memory per GPU (labtools.budget)
-    layouts(world, model), check_layout every dp × tp × pp × cp that fits the model's shape, with reasons
-    step_time, rank_layouts, CLUSTERS   the planner: memory and time per step of a layout, ranked
+    Cluster, CLUSTERS, GPU             GPUs and links (vendor figures), keyed by a GPU enum; labels for display
+    step_time(model, cluster, layout, ...)   a step's parts: compute, bubble, TP/CP/DP/PP communication
+    rank_layouts(model, cluster, world, batch)   every layout that the batch allows, fastest fitting first
     run_plan(...)                       a whole run: days, GPU-hours, cost and the time failures take
-    tensor_parallel_bytes(...)          bytes a rank sends per forward + backward under tensor parallelism
-
-The FLOPs of a run and its days at a given MFU are in labtools.compute.
-
-Used by notebooks/06_memory_budget.ipynb; the pipeline, tensor-parallel and compute lessons build on it, and lesson 16
-(notebooks/16_plan_a_run.ipynb) plans whole runs with it.
 """
 
 import math
 from dataclasses import dataclass
 
-from labtools.budget import MemoryBudget, architecture, estimate
-from labtools.compute import flops_per_token
-
-# --- pipelines -------------------------------------------------------------------------------------------------
-
-
-def bubble_fraction(p: int, m: int, v: int = 1) -> float:
-    """Idle fraction of a synchronous pipeline (GPipe, 1F1B): (p−1)/(v·m + p−1).
-
-    p stages, m micro-batches per step, v virtual stages per rank (interleaved 1F1B; v = 1 otherwise).
-    Each rank works v·m slots of one chunk's forward+backward and waits p − 1 slots while the pipeline
-    fills and drains (Narayanan et al. 2021, §2.2).
-    """
-    for name, value in (("p", p), ("m", m), ("v", v)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    return (p - 1) / (v * m + p - 1)
-
-
-def pipeline_efficiency(p: int, m: int, v: int = 1) -> float:
-    """Useful fraction of a pipeline step: 1 − bubble = v·m / (v·m + p − 1)."""
-    return 1.0 - bubble_fraction(p, m, v)
-
-
-# --- collectives ---------------------------------------------------------------------------------------------
-
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
-
-
-def _check_collective(kind: str, n_bytes: float, world: int) -> None:
-    if kind not in COLLECTIVES:
-        raise ValueError(f"kind must be one of {COLLECTIVES}, got {kind!r}")
-    if not n_bytes >= 0:
-        raise ValueError(f"n_bytes must be >= 0, got {n_bytes!r}")
-    if not isinstance(world, int) or isinstance(world, bool) or world < 1:
-        raise ValueError(f"world must be an int >= 1, got {world!r}")
-
-
-def collective_steps(kind: str, world: int) -> int:
-    """Ring steps: N − 1 for an all-gather or a reduce-scatter, 2(N − 1) for an all-reduce (one of each)."""
-    _check_collective(kind, 0, world)
-    return (2 if kind == "all_reduce" else 1) * (world - 1)
-
-
-def collective_bytes(kind: str, n_bytes: float, world: int) -> float:
-    """Bytes each rank sends (and receives) with the ring algorithm.
-
-    n_bytes is the full, unsharded tensor: the all-reduced tensor, the all-gather's output, the
-    reduce-scatter's input. All-reduce 2(N−1)/N·M; all-gather and reduce-scatter (N−1)/N·M each.
-    """
-    _check_collective(kind, n_bytes, world)
-    return collective_steps(kind, world) / world * n_bytes
-
-
-def collective_time(kind: str, n_bytes: float, world: int, bandwidth: float, latency: float = 0.0) -> float:
-    """Seconds for a ring collective under the α-β model: steps · α + bytes sent / β.
-
-    bandwidth β in bytes/s per rank (a 100 Gb/s link is 12.5e9), latency α in seconds per step.
-    """
-    _check_collective(kind, n_bytes, world)
-    if not bandwidth > 0 or not latency >= 0:
-        raise ValueError(f"bandwidth must be > 0 and latency >= 0, got {bandwidth!r}, {latency!r}")
-    return collective_steps(kind, world) * latency + collective_bytes(kind, n_bytes, world) / bandwidth
-
-
-def tensor_parallel_bytes(n_layer: int, batch: int, seq: int, n_embd: int, t: int, sequence_parallel: bool,
-                          bytes_per_element: int = 4) -> float:
-    """Bytes each rank sends for one forward + backward, ring algorithms: per layer 4 all-reduces of b·s·h
-    (2(t−1)/t each), or with sequence parallelism 4 all-gathers and 4 reduce-scatters ((t−1)/t each), the same
-    8(t−1)/t·b·s·h per layer; sequence parallelism adds the gather before the final LayerNorm and its backward."""
-    bsh = batch * seq * n_embd * bytes_per_element
-    return n_layer * 8 * (t - 1) / t * bsh + (2 * (t - 1) / t * bsh if sequence_parallel else 0)
-
-
-# --- models and layouts --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """A transformer by its dimensions; n_params None means "count it as labtools.model.GPT would"."""
-    n_layer: int
-    n_embd: int
-    n_head: int
-    vocab: int
-    seq: int                   # training context length
-    n_params: int | None = None
-    n_kv_head: int | None = None  # grouped-query attention: heads of keys and values (None: n_head)
-
-    @property
-    def kv_width(self) -> int:
-        """Width of the keys (and of the values) of one token: n_embd · n_kv_head / n_head."""
-        return self.n_embd * (self.n_kv_head or self.n_head) // self.n_head
-
-
-# Published sizes with depth, width, heads, vocabulary and training context. Activations are computed for a
-# GPT-2-style block of the same depth and width (labtools.budget.architecture).
-MODELS = {
-    "GPT-2 124M": ModelShape(n_layer=12, n_embd=768, n_head=12, vocab=50257, seq=1024),
-    "7B": ModelShape(n_layer=32, n_embd=4096, n_head=32, vocab=32000, seq=4096, n_params=7_000_000_000),
-    "13B": ModelShape(n_layer=40, n_embd=5120, n_head=40, vocab=32000, seq=4096, n_params=13_000_000_000),
-    "70B": ModelShape(n_layer=80, n_embd=8192, n_head=64, vocab=32000, seq=4096, n_params=70_000_000_000),
-    "GPT-3 175B": ModelShape(n_layer=96, n_embd=12288, n_head=96, vocab=50257, seq=2048, n_params=175_000_000_000),
-    # Llama 3 405B (Dubey et al. 2024, table 3): 126 layers, width 16384, 128 heads of which 8 for keys and values
-    "405B": ModelShape(n_layer=126, n_embd=16384, n_head=128, vocab=128256, seq=8192, n_params=405_000_000_000,
-                       n_kv_head=8),
-}
-
-
-@dataclass(frozen=True)
-class Layout:
-    dp: int
-    tp: int
-    pp: int
-    cp: int = 1  # context parallelism (lesson 14): each of cp ranks holds 1/cp of every sequence
-
-    @property
-    def world(self) -> int:
-        return self.dp * self.tp * self.pp * self.cp
-
-    def __str__(self) -> str:
-        return f"dp {self.dp} × tp {self.tp} × pp {self.pp}" + (f" × cp {self.cp}" if self.cp > 1 else "")
-
-
-def check_layout(model: ModelShape, layout: Layout, world: int | None = None, gpus_per_node: int | None = None) -> None:
-    """Raise ValueError naming the constraint a layout breaks: positive degrees, dp·tp·pp·cp = world, tp divides
-    the heads (each rank keeps whole heads), pp at most the layers (a stage needs a layer), 2·cp divides the
-    sequence (each context-parallel rank holds a head and a tail piece, lesson 14), tp within a node."""
-    for name in ("dp", "tp", "pp", "cp"):
-        value = getattr(layout, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    if world is not None and layout.world != world:
-        degrees = " · ".join(str(getattr(layout, k)) for k in ("dp", "tp", "pp", "cp"))
-        raise ValueError(f"dp · tp · pp · cp must equal the world size: {degrees} = {layout.world} != {world}")
-    if layout.cp > 1 and model.seq % (2 * layout.cp):
-        raise ValueError(f"2·cp must divide the sequence (a head and a tail piece per rank): seq {model.seq}, "
-                         f"cp = {layout.cp}")
-    if model.n_head % layout.tp:
-        raise ValueError(f"tp must divide the number of heads: {model.n_head} heads, tp = {layout.tp}")
-    if layout.pp > model.n_layer:
-        raise ValueError(f"pp must be at most the number of layers: {model.n_layer} layers, pp = {layout.pp}")
-    if gpus_per_node is not None and layout.tp > gpus_per_node:
-        raise ValueError(f"tp must stay within a node (its all-reduces need the node's fast links): "
-                         f"tp = {layout.tp} > {gpus_per_node} GPUs per node")
-
-
-def memory_per_gpu(model: ModelShape, layout: Layout = Layout(1, 1, 1), *, precision: str = "bf16-mixed",
-                   optimizer: str = "adamw", zero_stage: int | str = 0, offload: str | None = None,
-                   micro_batch: int = 1, seq: int | None = None, checkpoint: str = "none",
-                   grads: str = "param") -> MemoryBudget:
-    """Model states from labtools.budget.estimate, activations from the architecture, per GPU.
-
-    Activations: one micro-batch through the stage's layers, divided by tp (tensor + sequence parallel split
-    them) and by cp (each context-parallel rank holds 1/cp of the tokens; the keys and values it borrows for
-    attention are left out). A 1F1B pipeline's first stage holds pp micro-batches of its ⌈L/pp⌉ layers — about
-    L layers' worth: pipelining does not shrink that stage's activations. Uneven stages are counted by their
-    largest. The weights are replicated over dp and cp, so ZeRO shards over dp·cp ranks.
-    """
-    check_layout(model, layout)
-    bpe = 4 if precision == "fp32" else 2
-    arch = architecture(model.n_layer, model.n_embd, model.n_head, model.vocab, seq or model.seq, micro_batch,
-                        checkpoint=checkpoint, bytes_per_element=bpe)
-    n = model.n_params or arch.n_params
-    shapes = None
-    if optimizer == "adafactor":  # its state depends on the matrices' shapes: count the GPT-style block's own
-        n, shapes = arch.n_params, arch.param_shapes
-    per_layer = arch.activations["blocks"] / model.n_layer
-    stage_layers = math.ceil(model.n_layer / layout.pp)
-    in_flight = layout.pp if layout.pp > 1 else 1
-    blocks = per_layer * stage_layers * in_flight
-    acts = int((blocks + arch.activations["outside"]) / (layout.tp * layout.cp))
-    return estimate(n, precision=precision, optimizer=optimizer, zero_stage=zero_stage, dp=layout.dp * layout.cp,
-                    tp=layout.tp,
-                    pp=layout.pp, offload=offload, activations=acts, grads=grads, param_shapes=shapes)
-
-
-def layouts(world: int, model: ModelShape, gpus_per_node: int | None = None, cp: tuple[int, ...] = (1,)
-            ) -> list[Layout]:
-    """Every dp × tp × pp × cp = world that check_layout accepts, with cp from `cp`, smallest model-parallel
-    degree first."""
-    if not isinstance(world, int) or isinstance(world, bool) or world < 1:
-        raise ValueError(f"world must be an int >= 1, got {world!r}")
-    out = []
-    for c in cp:
-        if world % c:
-            continue
-        for tp in _divisors(world // c):
-            for pp in _divisors(world // (c * tp)):
-                layout = Layout(world // (c * tp * pp), tp, pp, c)
-                try:
-                    check_layout(model, layout, world, gpus_per_node)
-                except ValueError:
-                    continue
-                out.append(layout)
-    return sorted(out, key=lambda lay: (lay.tp * lay.pp * lay.cp, lay.tp, lay.cp))
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
+from labtools.budget import MemoryBudget
+from labtools.keys import Key
+from labtools.layout import (COLLECTIVES, Layout, bubble_fraction, check_layout, collective_bytes,  # noqa: F401
+                             collective_steps, collective_time, layouts, memory_per_gpu, pipeline_efficiency,
+                             tensor_parallel_bytes)
+from labtools.runs import LLAMA3_GPU_MTBF_H
+from labtools.shapes import MODELS, ModelShape  # noqa: F401 - the shapes it plans for
 
 # --- the planner: memory and step time of a layout on a cluster ---------------------------------------------
 
@@ -263,10 +64,31 @@ class Cluster:
 
 
 # Vendor figures (dense bf16, NVLink per direction = half the quoted bidirectional, one HDR/NDR NIC per GPU).
+class GPU(Key):
+    """The clusters the lessons plan on, by their GPU."""
+    A100 = "a100"
+    H100 = "h100"
+
+
 CLUSTERS = {
-    "A100 80GB, NVLink 3, HDR 200 Gb/s": Cluster(8, 80e9, 312e12, 300e9, 25e9),
-    "H100 80GB, NVLink 4, NDR 400 Gb/s": Cluster(8, 80e9, 989e12, 450e9, 50e9),
+    GPU.A100: Cluster(8, 80e9, 312e12, 300e9, 25e9),
+    GPU.H100: Cluster(8, 80e9, 989e12, 450e9, 50e9),
 }
+CLUSTER_LABELS = {GPU.A100: "A100 80GB, NVLink 3, HDR 200 Gb/s", GPU.H100: "H100 80GB, NVLink 4, NDR 400 Gb/s"}
+
+
+class Part(Key):
+    """The parts a step's time adds up from (StepEstimate.breakdown); PART_LABELS names them for a reader."""
+    COMPUTE = "compute"
+    BUBBLE = "bubble"
+    TP = "tp"
+    CP = "cp"
+    DP = "dp"
+    PP = "pp"
+
+
+PART_LABELS = {Part.COMPUTE: "compute", Part.BUBBLE: "bubble", Part.TP: "TP comm", Part.CP: "CP comm",
+               Part.DP: "DP comm (exposed)", Part.PP: "PP comm"}
 
 
 @dataclass(frozen=True)
@@ -290,10 +112,10 @@ class StepEstimate:
     hardware_flops: float = 0.0  # FLOPs the GPUs run per step: model_flops plus any recomputed forward
 
     @property
-    def breakdown(self) -> dict[str, float]:
+    def breakdown(self) -> dict["Part", float]:
         """The step's seconds by part; they add up to step_s."""
-        return {"compute": self.compute_s, "bubble": self.bubble_s, "TP comm": self.tp_comm_s,
-                "CP comm": self.cp_comm_s, "DP comm (exposed)": self.dp_exposed_s, "PP comm": self.pp_comm_s}
+        return {Part.COMPUTE: self.compute_s, Part.BUBBLE: self.bubble_s, Part.TP: self.tp_comm_s,
+                Part.CP: self.cp_comm_s, Part.DP: self.dp_exposed_s, Part.PP: self.pp_comm_s}
 
     @property
     def flops_per_gpu(self) -> float:
@@ -358,7 +180,7 @@ def step_time(model: ModelShape, cluster: Cluster, layout: Layout, global_batch:
     mem = memory_per_gpu(model, layout, zero_stage=zero_stage, micro_batch=micro_batch, checkpoint=checkpoint,
                          precision=precision)
     world, tokens, bpe = layout.world, global_batch * model.seq, 4 if precision == "fp32" else 2
-    compute = flops_per_token(model, recompute) * tokens / (world * cluster.peak_flops * efficiency)
+    compute = model.flops_per_token(recompute) * tokens / (world * cluster.peak_flops * efficiency)
     bubble = bubble_fraction(layout.pp, m, v) if layout.pp > 1 else 0.0
     bubble_s = compute * bubble / (1 - bubble)
     layers = math.ceil(model.n_layer / layout.pp)  # each rank runs its stage's layers, m micro-batches
@@ -377,7 +199,7 @@ def step_time(model: ModelShape, cluster: Cluster, layout: Layout, global_batch:
         per_layer = (3 if recompute else 2) * collective_time("all_gather", kv, layout.cp,
                                                               link(layout.tp * layout.cp), cluster.latency)
         cp_s = per_layer * layers * m
-    n = model.n_params or architecture(model.n_layer, model.n_embd, model.n_head, model.vocab, model.seq, 1).n_params
+    n = model.params()
     replicas, held = layout.dp * layout.cp, bpe * n / (layout.tp * layout.pp)
     dp_s = 0.0
     if replicas > 1 and zero_stage == 3:
@@ -396,8 +218,8 @@ def step_time(model: ModelShape, cluster: Cluster, layout: Layout, global_batch:
         raise ValueError(f"{layout} does not fit: {mem.total / 1e9:.1f} GB per GPU > the GPU's "
                          f"{cluster.gpu_memory / 1e9:.0f} GB ({mem.convention})")
     return StepEstimate(layout, mem, mem.total <= cluster.gpu_memory, m, compute, bubble, bubble_s, tp_s, dp_s, pp_s,
-                        step, cp_s, (1 - dp_overlap) * dp_s, flops_per_token(model) * tokens, cluster.peak_flops, v,
-                        flops_per_token(model, recompute) * tokens)
+                        step, cp_s, (1 - dp_overlap) * dp_s, model.flops_per_token() * tokens, cluster.peak_flops, v,
+                        model.flops_per_token(recompute) * tokens)
 
 
 def rank_layouts(model: ModelShape, cluster: Cluster, world: int, global_batch: int, cp: tuple[int, ...] = (1,),
@@ -418,9 +240,6 @@ def rank_layouts(model: ModelShape, cluster: Cluster, world: int, global_batch: 
 
 # --- a whole run: days, cost and failures -------------------------------------------------------------------
 
-# Llama 3 405B: 419 unexpected interruptions in 54 days of pre-training on up to 16,384 GPUs (Dubey et al. 2024,
-# section 3.3.4): a mean time between failures of about 51,000 hours per GPU, if failures scale with the GPU count.
-LLAMA3_GPU_MTBF_H = 54 * 24 * 16384 / 419
 
 
 @dataclass(frozen=True)

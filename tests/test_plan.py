@@ -6,7 +6,8 @@ import pytest
 
 from labtools import plan
 from labtools.budget import architecture, estimate
-from labtools.plan import MODELS, Layout, ModelShape
+from labtools.layout import Layout
+from labtools.shapes import MODELS, ModelShape
 
 
 @pytest.mark.parametrize("p, m, v, expected", [

@@ -9,9 +9,10 @@ from labtools import plan
 from labtools.claims import Ledger
 from labtools.compute import flops_per_token
 from labtools.parallel import launch
-from labtools.plan import CLUSTERS, MODELS, Layout, run_plan, step_time
+from labtools.plan import CLUSTERS, GPU, MODELS, Layout, Part, run_plan, step_time
+from labtools.runs import MTNLG_RUN
 
-A100, H100 = CLUSTERS["A100 80GB, NVLink 3, HDR 200 Gb/s"], CLUSTERS["H100 80GB, NVLink 4, NDR 400 Gb/s"]
+A100, H100 = CLUSTERS[GPU.A100], CLUSTERS[GPU.H100]
 LONG = dataclasses.replace(MODELS["405B"], seq=131072)
 
 
@@ -89,65 +90,65 @@ def test_a_whole_run_is_steps_times_step_stretched_by_failures():
 
 
 def test_llama3_calibrated_on_one_layout_predicts_the_next_only_with_an_interleaved_schedule():
-    from lessons.plan_a_run import published
-    c = published.run()
+    from lessons.plan_a_run import predicted, reproduced
+    c = predicted.run()
     ledger = Ledger("t")
-    published.findings(ledger, c)
+    predicted.findings(ledger, c)
     assert ledger.all_passed, ledger.to_text()
-    for v in published.SCHEDULES:  # the calibration reproduces the first row exactly, whatever v
-        assert c[v]["rows"][0].flops_per_gpu == pytest.approx(430e12, rel=1e-6)
-    predicted = [c[v]["rows"][1].flops_per_gpu for v in published.SCHEDULES]
-    assert predicted == sorted(predicted)  # deeper interleaving, smaller bubble
-    m = c["megatron"]
-    assert m["rows"][0].hardware_flops_per_gpu == pytest.approx(126e12, rel=1e-6)
-    rates = [e.hardware_flops_per_gpu for e in m["rows"]]
+    for v in predicted.SCHEDULES:  # the calibration reproduces the first row exactly, whatever v
+        assert c.llama3[v].rows[0].flops_per_gpu == pytest.approx(430e12, rel=1e-6)
+    rates = [c.llama3[v].rows[1].flops_per_gpu for v in predicted.SCHEDULES]
+    assert rates == sorted(rates)  # deeper interleaving, smaller bubble
+    assert c.a100.rows[0].hardware_flops_per_gpu == pytest.approx(126e12, rel=1e-6)
+    rates = [e.hardware_flops_per_gpu for e in c.a100.rows]
     assert rates == sorted(rates, reverse=True)  # more data parallelism, fewer micro-batches each: a larger bubble
-    assert m["days_8tp"] == pytest.approx(33.9, abs=0.05)
+    assert reproduced.gpt3_days().short_form == pytest.approx(33.9, abs=0.05)
     # MT-NLG's published step times and TFLOP/s agree with our FLOP count only with recomputation counted: the
-    # model FLOPs alone (6N and attention, no second forward) fall 25% short
-    model_only = [e.model_flops / (row["step_s"] * e.layout.world) for row, e in zip(published.MTNLG, m["rows"])]
-    for counted, plain, row in zip(m["counted"], model_only, published.MTNLG):
-        assert counted == pytest.approx(row["tflops"] * 1e12, rel=0.02)
-        assert plain / (row["tflops"] * 1e12) == pytest.approx(0.75, abs=0.02)
+    # model FLOPs alone (6P and attention, no second forward) fall 25% short
+    counted = reproduced.run().mtnlg_tflops
+    model_only = [e.model_flops / (row.step_s * e.layout.world) for row, e in zip(MTNLG_RUN.layouts, c.a100.rows)]
+    for ours, plain, row in zip(counted, model_only, MTNLG_RUN.layouts):
+        assert ours == pytest.approx(row.tflops * 1e12, rel=0.02)
+        assert plain / (row.tflops * 1e12) == pytest.approx(0.75, abs=0.02)
 
 
 def test_published_figures_come_back_from_their_papers_inputs_only_under_the_papers_conventions():
-    from lessons.plan_a_run import published
-    c = published.run()
+    from lessons.plan_a_run import reproduced
+    c = reproduced.run()
     ledger = Ledger("t")
-    published.reproduced_findings(ledger, c)
+    reproduced.findings(ledger, c)
     assert ledger.all_passed, ledger.to_text()
-    assert len(published.reproduced(c)) == 12  # the table the reproduced_all claim reads
+    assert len(reproduced.figures(c)) == 12  # the table the reproduced_all claim reads
     # Llama 3 405B counted from its shape: 405.85B; the weights that multiply (no embedding lookup, no norm) 403.75B
-    p = c["llama3_params"]
-    assert p["total"] == pytest.approx(405.853e9, rel=1e-5) and p["products"] == pytest.approx(403.748e9, rel=1e-5)
-    # attention counted whole would fail the 2% claim for both published per-token figures, and 6N without attention
+    p = c.llama3_params
+    assert p.total == pytest.approx(405.853e9, rel=1e-5) and p.products == pytest.approx(403.748e9, rel=1e-5)
+    # attention counted whole would fail the 2% claim for both published per-token figures, and 6P without attention
     # for DeepSeek-V3's: only the causal count (half the whole) reproduces both
-    for t in c["per_token"].values():
-        assert t["whole"] / t["published"] - 1 > 0.02
-    ds = c["per_token"]["DeepSeek-V3"]
-    assert 6 * ds["products"] / ds["published"] - 1 < -0.02
+    for t in c.per_token.values():
+        assert t.whole / t.published - 1 > 0.02
+    ds = c.per_token["DeepSeek-V3"]
+    assert 6 * ds.products / ds.published - 1 < -0.02
 
 
 def test_mtnlg_took_more_time_per_pipeline_slot_on_wider_layouts_and_three_points_cannot_place_a_fixed_part():
-    from lessons.plan_a_run import published
-    rows = published.megatron()["rows"]
-    line = published.mtnlg_line(rows)
-    assert line["slots"] == [274, 226, 194]  # 1920 / dp micro-batches + 35 − 1
-    assert line["per_slot_rise"] == pytest.approx(44.4 / 194 / (60.1 / 274) - 1)  # +4.3%: published step times
+    from lessons.plan_a_run import predicted
+    rows = predicted.megatron()[0].rows
+    line = predicted.mtnlg_line(rows)
+    assert line.slots == [274, 226, 194]  # 1920 / dp micro-batches + 35 − 1
+    assert line.per_slot_rise == pytest.approx(44.4 / 194 / (60.1 / 274) - 1)  # +4.3%: published step times
     # a line through three points: its intercept (6.0 s) has a standard error of 1.6 s, a 95% interval of ±20 s
-    assert line["fixed_s"] == pytest.approx(5.98, abs=0.01) and line["fixed_se_s"] == pytest.approx(1.60, abs=0.01)
-    assert line["fixed_ci95_s"] > line["fixed_s"]  # the interval includes no fixed part at all
+    assert line.fixed_s == pytest.approx(5.98, abs=0.01) and line.fixed_se_s == pytest.approx(1.60, abs=0.01)
+    assert line.fixed_ci95_s > line.fixed_s  # the interval includes no fixed part at all
     # the planner's step, calibrated on the first row, is (nearly) proportional to the slots: constant per slot
-    ratio = [e.step_s / x for e, x in zip(rows, line["slots"])]
+    ratio = [e.step_s / x for e, x in zip(rows, line.slots)]
     assert max(ratio) / min(ratio) < 1.02
 
 
 def test_a_prediction_of_another_layout_held_to_the_papers_2_percent_would_fail():
-    from lessons.plan_a_run import published
-    c = published.run()
+    from lessons.plan_a_run import predicted
+    c = predicted.run()
     ledger = Ledger("t")
-    published.findings(ledger, c)
+    predicted.findings(ledger, c)
     errors = ledger.notes["cross_layout_errors"]
     assert max(abs(e) for e in errors.values()) > 0.02  # the 10% of cross-layout predictions is not slack on 2%
     assert sum(abs(e) > 0.05 for e in errors.values()) >= 2
@@ -156,18 +157,18 @@ def test_a_prediction_of_another_layout_held_to_the_papers_2_percent_would_fail(
 def test_the_example_ranks_fitting_layouts_first_and_says_why_the_best_wins():
     from lessons.plan_a_run import example
     p = example.plan()
-    fitting = [e for e in p["ranked"] if e.fits]
-    assert p["best"] is fitting[0] and p["run"].step.layout == p["best"].layout
+    fitting = [e for e in p.ranked if e.fits]
+    assert p.best is fitting[0] and p.run.step.layout == p.best.layout
     second, part = example.why(p)
-    assert second is fitting[1] and part in example.PARTS
-    assert second.breakdown[part] > p["best"].breakdown[part]
+    assert second is fitting[1] and part in Part
+    assert second.breakdown[part] > p.best.breakdown[part]
     text = example.findings(Ledger("t"), p)
-    assert str(p["best"].layout) in text and "days" in text
+    assert str(p.best.layout) in text and "days" in text
 
 
 def test_the_panel_names_a_layout_the_gpus_cannot_hold_and_marks_a_good_one():
     from lessons.plan_a_run import planner
-    h100 = list(CLUSTERS)[1]
+    h100 = GPU.H100
     fig = planner.draw("405B", 131072, 16384, 128, 15.6, 8, 16, 3, 4, "block", 0.75, h100)
     assert "do not divide" in fig.layout.title.text
     fig = planner.draw("405B", 131072, 16384, 128, 15.6, 8, 16, 16, 4, "block", 0.75, h100)
@@ -199,29 +200,32 @@ def _calibration(together=0.010, ddp=0.016, sharded=0.030, solo=0.008, sharded_a
     """A calibration's measurements: collectives whose seconds lie on the lines of α = 0.5 ms per ring step and
     β = 1 GB/s (all-reduce and all-gather) or 0.5 GB/s (reduce-scatter, as slow per byte sent as gloo's)."""
     from labtools.plan import collective_bytes, collective_steps
+    from lessons.plan_a_run.ranks import Calibration, Collective, Run, RunSteps, Timed
     sizes = (2**14, 2**17, 2**20, 2**22)
-    beta = {"all_reduce": 1e9, "all_gather": 1e9, "reduce_scatter": 0.5e9}
-    colls = {k: {str(b): collective_steps(k, 2) * 5e-4 + collective_bytes(k, b, 2) / beta[k] for b in sizes}
+    beta = {Collective.ALL_REDUCE: 1e9, Collective.ALL_GATHER: 1e9, Collective.REDUCE_SCATTER: 0.5e9}
+    colls = {k: {b: collective_steps(k, 2) * 5e-4 + collective_bytes(k, b, 2) / beta[k] for b in sizes}
              for k in beta}
-    median = {"peak": 50e9, "solo_s": solo, "together_s": together, "ddp_s": ddp, "sharded_s": sharded,
-              "sharded_alone_s": sharded_alone}
-    return {"median": median, "rounds": {k: [v] for k, v in median.items()}, "collectives": colls,
-            "n_params": 2_000_000, "world": 2, "vocab": 65}
+    once = lambda t: Timed(rounds=[t], median=t)  # noqa: E731
+    return Calibration(peak=once(50e9), solo=once(solo),
+                       runs={Run.DDP: RunSteps(step=once(ddp), compute=once(together)),
+                             Run.ZERO2: RunSteps(step=once(sharded), compute=once(sharded_alone))},
+                       collectives=colls, n_params=2_000_000, world=2, vocab=65, bucket_cap_mb=1024.0)
 
 
 def test_the_calibration_fits_each_collective_and_predicts_the_communication_of_runs_it_did_not_measure():
     from lessons.plan_a_run import calibration, settings
+    from lessons.plan_a_run.ranks import Collective, Run
     S = settings("smoke")
     r = _calibration()
     costs = calibration.fit(r)
-    assert costs["all_reduce"].latency == pytest.approx(5e-4, rel=1e-6)
-    assert costs["reduce_scatter"].bandwidth == pytest.approx(0.5e9, rel=1e-6)
+    assert costs[Collective.ALL_REDUCE].latency == pytest.approx(5e-4, rel=1e-6)
+    assert costs[Collective.REDUCE_SCATTER].bandwidth == pytest.approx(0.5e9, rel=1e-6)
     p = calibration.predict(S, r)
-    ddp, z2 = p["estimates"]["DDP"], p["estimates"]["ZeRO-2"]
+    ddp, z2 = p.estimates[Run.DDP], p.estimates[Run.ZERO2]
     # each run's compute: its own step with nothing sent, every rank at once
     assert ddp.compute_s == pytest.approx(0.010) and z2.compute_s == pytest.approx(0.009)
-    assert calibration.predict(S, r, one_rank_alone=True)["estimates"]["ZeRO-2"].compute_s == pytest.approx(0.008)
-    M = 4 * r["n_params"]  # fp32 gradients, one bucket: one all-reduce, two ring steps, each rank sends 2(N−1)/N·M
+    assert calibration.predict(S, r, one_rank_alone=True).estimates[Run.ZERO2].compute_s == pytest.approx(0.008)
+    M = 4 * r.n_params  # fp32 gradients, one bucket: one all-reduce, two ring steps, each rank sends 2(N−1)/N·M
     assert ddp.dp_exposed_s == pytest.approx(2 * 5e-4 + M / 1e9)
     # ZeRO-2: a reduce-scatter of the gradients and an all-gather of the weights, each (N−1)/N·M at its own β
     assert z2.dp_exposed_s == pytest.approx(5e-4 + M / 2 / 0.5e9 + 5e-4 + M / 2 / 1e9)
@@ -252,14 +256,15 @@ def test_calibration_runs_on_two_ranks(session_run_root):
     res = launch(ranks.calibrate, 2, job, show_progress=False)
     assert wait_gone(session_run_root) == []
     r0 = res[0]
-    assert len(r0["rounds"]["peak"]) == 2 and res[1]["rounds"]["peak"] == []  # rank 0 alone calibrates compute
-    assert len(r0["rounds"]["solo_s"]) == 2 and res[1]["rounds"]["solo_s"] == []
-    assert all(t > 0 for k in ("together_s", "sharded_alone_s", "ddp_s", "sharded_s") for t in r0["rounds"][k])
-    assert set(r0["collectives"]) == {"all_reduce", "all_gather", "reduce_scatter"}
-    assert all(t > 0 for sizes in r0["collectives"].values() for t in sizes.values())
-    assert r0["bucket_cap_mb"] == ranks.BUCKET_MB  # one bucket: the all-reduce after backward
+    assert len(r0.peak.rounds) == 2 and res[1].peak.rounds == []  # rank 0 alone calibrates compute
+    assert len(r0.solo.rounds) == 2 and res[1].solo.rounds == [] and res[1].solo.median is None
+    assert set(r0.runs) == set(ranks.Run)
+    assert all(t > 0 for steps in r0.runs.values() for t in steps.step.rounds + steps.compute.rounds)
+    assert set(r0.collectives) == set(ranks.Collective)
+    assert all(set(sizes) == {2**10, 2**12} and all(t > 0 for t in sizes.values()) for sizes in r0.collectives.values())
+    assert r0.bucket_cap_mb == ranks.BUCKET_MB  # one bucket: the all-reduce after backward
     from labtools.config import build_gpt
-    assert r0["n_params"] == build_gpt(job).num_params() and r0["world"] == 2
+    assert r0.n_params == build_gpt(job).num_params() and r0.world == 2
 
 
 def test_the_sharded_step_trains_as_adamw_on_the_whole_batch_in_one_process(session_run_root):
@@ -272,4 +277,4 @@ def test_the_sharded_step_trains_as_adamw_on_the_whole_batch_in_one_process(sess
     assert wait_gone(session_run_root) == []
     # Adam moves every weight by about lr per step whatever its gradient's size: summation-order rounding in a small
     # gradient shows at that scale, so the bound is a hundredth of lr
-    assert max(r["max_diff"] for r in res) < 1e-5
+    assert max(r.max_diff for r in res) < 1e-5

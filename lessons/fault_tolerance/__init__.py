@@ -15,6 +15,7 @@ import tempfile
 from dataclasses import dataclass
 
 from labtools.config import LabConfig, check_range, resolve
+from labtools.runs import LLAMA3_JOB_MTBF_H
 
 HOUR = 3600.0
 
@@ -26,7 +27,7 @@ MIN_KILLS = 8  # random kills from which at least one lands mid-save (about half
 # saw 419 unexpected interruptions in 54 days; PyTorch and IBM Research (PyTorch blog, 2024-06-12): "7B model 'down
 # time' for a checkpoint goes from an average of 148.8 seconds to 6.3 seconds" with asynchronous DCP. Each save is
 # put at Llama 3's failure rate: a combination of published figures, not a published run.
-LLAMA3_MTBF_S = 54 * 24 * HOUR / 419
+LLAMA3_MTBF_S = LLAMA3_JOB_MTBF_H * HOUR
 
 
 CASES = {

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from labtools import plan
 from labtools.config import LabConfig, resolve
-from labtools.plan import MODELS, Layout
+from labtools.layout import Layout
+from labtools.shapes import MODELS
 
 GB = 1e9
 

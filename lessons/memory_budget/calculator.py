@@ -4,7 +4,7 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from labtools import plots
-from labtools.plan import MODELS
+from labtools.shapes import MODELS
 from labtools.widgets import Panel
 from lessons.memory_budget import GB, budget
 

@@ -5,8 +5,8 @@ The settings of notebooks/16_plan_a_run.ipynb. One module per section:
 
     example.py          the running example: a 70B model on 2,048 H100s, its layouts ranked, the whole run
     memory_exercise.py  your turn: the model states each GPU holds under a layout
-    published.py        published figures recomputed from their papers' inputs; Llama 3's, MT-NLG's and GPT-3's
-                        layouts predicted from one calibrated row
+    reproduced.py       published figures recomputed from their papers' own inputs
+    predicted.py        Llama 3's, MT-NLG's and GPT-3's layouts predicted from one calibrated row; DeepSeek-V3
     calibration.py      this machine measured, the planner's prediction of a 2-rank run beside that run
     planner.py          a panel: plan your own run
     ranks.py            what runs inside the torchrun ranks (torch and core labtools only)
@@ -15,10 +15,10 @@ The settings of notebooks/16_plan_a_run.ipynb. One module per section:
 from dataclasses import dataclass
 
 from labtools.config import LabConfig, resolve
-from labtools.plan import CLUSTERS
+from labtools.plan import CLUSTERS, GPU
 
 GB = 1e9
-A100, H100 = CLUSTERS["A100 80GB, NVLink 3, HDR 200 Gb/s"], CLUSTERS["H100 80GB, NVLink 4, NDR 400 Gb/s"]
+A100, H100 = CLUSTERS[GPU.A100], CLUSTERS[GPU.H100]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,32 +1,54 @@
 """Lesson 16, sections 1-2: the running example — a 70B model on 15T tokens with 2,048 H100s: its layouts ranked,
 why the best one wins, and the whole run in days, dollars and failures."""
 
+from dataclasses import dataclass
+
 import plotly.graph_objects as go
 
 from labtools import plots
 from labtools.claims import Findings, Ledger
-from labtools.plan import MODELS, RunPlan, StepEstimate, rank_layouts, run_plan
+from labtools.plan import PART_LABELS, Part, RunPlan, StepEstimate, rank_layouts, run_plan
+from labtools.runs import LLAMA3
+from labtools.shapes import MODELS
 from lessons.plan_a_run import GB, H100
-from lessons.plan_a_run.published import LLAMA3, V, calibrate
+from lessons.plan_a_run.predicted import V, calibrate
 
-EXAMPLE = dict(model="70B", gpus=2048, batch=1024, tokens=15e12, dollars_per_gpu_hour=2.0)
-PARTS = ("compute", "bubble", "TP comm", "CP comm", "DP comm (exposed)", "PP comm")
+@dataclass(frozen=True)
+class Example:
+    """The running example: a model of labtools.shapes.MODELS on a number of H100s."""
+    model: str = "70B"
+    gpus: int = 2048
+    batch: int = 1024              # sequences per step
+    tokens: float = 15e12
+    dollars_per_gpu_hour: float = 2.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    ranked: list[StepEstimate]     # every layout the batch allows, fastest fitting first
+    best: StepEstimate
+    run: RunPlan
+    efficiency: float
+    example: Example
+
+
+EXAMPLE = Example()
 
 
 def efficiency() -> float:
     """The H100 kernel efficiency calibrated on Llama 3 405B's 8,192-GPU layout (section 3)."""
-    return calibrate(LLAMA3[0], V)
+    return calibrate(LLAMA3.layouts[0], V)
 
 
-def plan(ex: dict = EXAMPLE) -> dict:
+def plan(ex: Example = EXAMPLE) -> Plan:
     """Every layout of the example ranked (interleaved v = 4 where the micro-batches allow it, else 1F1B), and the
     whole run for the fastest one that fits."""
-    eff, model = efficiency(), MODELS[ex["model"]]
-    ranked = rank_layouts(model, H100, ex["gpus"], ex["batch"], v=V, efficiency=eff)
+    eff, model = efficiency(), MODELS[ex.model]
+    ranked = rank_layouts(model, H100, ex.gpus, ex.batch, v=V, efficiency=eff)
     best = next(e for e in ranked if e.fits)
-    run = run_plan(model, H100, best.layout, ex["batch"], ex["tokens"], v=V, efficiency=eff,
-                   dollars_per_gpu_hour=ex["dollars_per_gpu_hour"])
-    return {"ranked": ranked, "best": best, "run": run, "efficiency": eff, "example": ex}
+    run = run_plan(model, H100, best.layout, ex.batch, ex.tokens, v=V, efficiency=eff,
+                   dollars_per_gpu_hour=ex.dollars_per_gpu_hour)
+    return Plan(ranked, best, run, eff, ex)
 
 
 def figure(shown: list[StepEstimate], chosen: StepEstimate | None, gpu_memory: float, title: str) -> go.Figure:
@@ -36,8 +58,8 @@ def figure(shown: list[StepEstimate], chosen: StepEstimate | None, gpu_memory: f
     fig.add_trace(go.Bar(y=names, x=[e.memory.total / GB for e in shown], orientation="h", showlegend=False,
                          marker_color=[plots.color(0) if e.fits else "#cf222e" for e in shown]), row=1, col=1)
     plots.marked_line(fig, x=gpu_memory / GB, text=f"{gpu_memory / GB:.0f} GB", row=1, col=1)
-    for i, part in enumerate(PARTS):
-        fig.add_trace(go.Bar(y=names, x=[e.breakdown[part] for e in shown], orientation="h", name=part,
+    for i, part in enumerate(Part):
+        fig.add_trace(go.Bar(y=names, x=[e.breakdown[part] for e in shown], orientation="h", name=PART_LABELS[part],
                              marker_color=plots.color(i + 1)), row=1, col=2)
     fig.update_layout(barmode="stack", margin_l=200, legend_traceorder="normal")
     if "<br>" in title:  # a second line under the title: room above the subplots' titles
@@ -47,10 +69,10 @@ def figure(shown: list[StepEstimate], chosen: StepEstimate | None, gpu_memory: f
     return fig
 
 
-def ranked_figure(p: dict, top: int = 8) -> go.Figure:
-    ex = p["example"]
-    return figure(p["ranked"][:top], p["best"], H100.gpu_memory,
-                  f"{ex['model']} on {ex['gpus']:,} H100s, {ex['batch']:,} sequences per step: fastest first")
+def ranked_figure(p: Plan, top: int = 8) -> go.Figure:
+    ex = p.example
+    return figure(p.ranked[:top], p.best, H100.gpu_memory,
+                  f"{ex.model} on {ex.gpus:,} H100s, {ex.batch:,} sequences per step: fastest first")
 
 
 def run_rows(run: RunPlan) -> list[tuple[str, str]]:
@@ -65,36 +87,36 @@ def run_rows(run: RunPlan) -> list[tuple[str, str]]:
             ("GPU-hours", f"{run.gpu_hours / 1e6:.2f} M"), ("cost", f"${run.cost / 1e6:.1f} M")]
 
 
-def run_table(p: dict) -> go.Figure:
-    ex = p["example"]
-    return plots.table(("the whole run (computed)", "value"), run_rows(p["run"]), row_height=28,
-                       title=f"{ex['tokens'] / 1e12:g}T tokens at ${ex['dollars_per_gpu_hour']:g} per GPU-hour")
+def run_table(p: Plan) -> go.Figure:
+    ex = p.example
+    return plots.table(("the whole run (computed)", "value"), run_rows(p.run), row_height=28,
+                       title=f"{ex.tokens / 1e12:g}T tokens at ${ex.dollars_per_gpu_hour:g} per GPU-hour")
 
 
-def why(p: dict) -> tuple[StepEstimate, str]:
+def why(p: Plan) -> tuple[StepEstimate, Part]:
     """The runner-up among fitting layouts, and what costs it more than the best (the part that differs most)."""
-    fitting = [e for e in p["ranked"] if e.fits]
+    fitting = [e for e in p.ranked if e.fits]
     best, second = fitting[0], fitting[1]
-    diff = {k: second.breakdown[k] - best.breakdown[k] for k in PARTS}
+    diff = {k: second.breakdown[k] - best.breakdown[k] for k in Part}
     return second, max(diff, key=diff.get)
 
 
-def findings(ledger: Ledger, p: dict) -> Findings:
-    best, run = p["best"], p["run"]
+def findings(ledger: Ledger, p: Plan) -> Findings:
+    best, run = p.best, p.run
     second, part = why(p)
-    unfit = [e for e in p["ranked"] if not e.fits]
+    unfit = [e for e in p.ranked if not e.fits]
     ledger.note("example", {"layout": str(best.layout), "step_s": best.step_s, "days": run.days,
                             "days_with_failures": run.days_with_failures, "cost": run.cost, "mfu": best.mfu})
     return Findings([
         f"Compute, plus whatever cannot hide behind it. The fastest layout that fits, `{best.layout}`, spends "
-        f"**{best.compute_s / best.step_s:.0%}** of its step computing; the runner-up loses time to {part}.",
+        f"**{best.compute_s / best.step_s:.0%}** of its step computing; the runner-up loses time to {PART_LABELS[part]}.",
         f"Too little model parallelism does not fit at all, and the whole run takes **{run.days_with_failures:.0f} "
         "days**, failures included.",
     ], [
         f"`{best.layout}`: {best.step_s:.2f} s per step, {best.memory.total / GB:.0f} GB per GPU, {best.mfu:.0%} MFU "
         "(predicted).",
         f"The runner-up, `{second.layout}`: {second.step_s - best.step_s:.2f} s per step slower.",
-        f"{len(unfit)} of {len(p['ranked'])} layouts do not fit 80 GB: each GPU would hold too much of the model.",
+        f"{len(unfit)} of {len(p.ranked)} layouts do not fit 80 GB: each GPU would hold too much of the model.",
         f"The run costs ${run.cost / 1e6:.1f} M (computed); {run.waste:.1%} of it is lost to failures, one every "
         f"{run.job_mtbf_h:.0f} h.",
     ])

@@ -7,7 +7,8 @@ import inspect
 from IPython.display import HTML, display
 
 from labtools.exercises import Case, Outcome, check
-from labtools.plan import MODELS, Layout, memory_per_gpu
+from labtools.layout import Layout, memory_per_gpu
+from labtools.shapes import MODELS
 
 
 def reference(n_params, layout, zero_stage):

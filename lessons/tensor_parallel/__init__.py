@@ -13,12 +13,12 @@ The settings of notebooks/10_tensor_parallel.ipynb and the launch its sections s
 from dataclasses import dataclass
 
 from labtools.config import LabConfig, resolve
-from labtools.plan import CLUSTERS
+from labtools.plan import CLUSTERS, GPU
 
 GB = 1e9
 
 
-A100, H100 = CLUSTERS["A100 80GB, NVLink 3, HDR 200 Gb/s"], CLUSTERS["H100 80GB, NVLink 4, NDR 400 Gb/s"]
+A100, H100 = CLUSTERS[GPU.A100], CLUSTERS[GPU.H100]
 
 
 CURVE_WINDOW = 10  # steps held equal: this small, unclipped run amplifies last-bit differences within ~20 steps
