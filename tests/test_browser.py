@@ -260,7 +260,7 @@ def test_lesson_runs_in_jupyterlab_and_its_panels_respond(path, lab, record_prop
 
 
 PLANTED = [
-    "from labtools.widgets import Panel, slider\nimport plotly.graph_objects as go\n",
+    "from labtools.controls import slider\nfrom labtools.widgets import Panel\nimport plotly.graph_objects as go\n",
     "def draw(k):\n    if k != 3:\n        raise RuntimeError(f'planted failure at k={k}')\n"
     "    return go.Figure(go.Scatter(y=[k, 1]))\n"
     "k = slider(3, 1, 5, description='k, a label far too long for its box')\n"

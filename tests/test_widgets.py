@@ -6,7 +6,9 @@ import ipywidgets as W
 import plotly.graph_objects as go
 import pytest
 
-from labtools.widgets import Panel, RunCache, slider
+from labtools.controls import slider
+from labtools.runcache import RunCache
+from labtools.widgets import Panel
 
 
 def draw(a, b):
@@ -118,7 +120,7 @@ def test_panel_puts_progress_bars_in_its_own_output(monkeypatch):
 
 
 def test_exercise_checks_answers_and_reveals_the_solution(monkeypatch):
-    from labtools.widgets import Exercise
+    from labtools.quiz import Question as Exercise
     ex = Exercise("Sum", "What is 2 + 2?", {"x": "answer"},
                   check=lambda a: (a["x"] == 4, "right" if a["x"] == 4 else "try again"), solution="**4**")
     ex.inputs["x"].value = "5"
@@ -134,7 +136,7 @@ def test_exercise_checks_answers_and_reveals_the_solution(monkeypatch):
 
 
 def test_answer_check_accepts_within_its_tolerance_only():
-    from labtools.widgets import answer_check
+    from labtools.quiz import answer_check
     check = answer_check({"a": 200.0, "b": 0.5}, rel=0.01)
     assert check({"a": 201.9, "b": 0.509})[0]
     ok, message = check({"a": 202.5, "b": 0.5})
@@ -143,7 +145,7 @@ def test_answer_check_accepts_within_its_tolerance_only():
 
 
 def test_answer_check_names_the_boxes_as_the_learner_sees_them():
-    from labtools.widgets import Exercise, answer_check
+    from labtools.quiz import Question as Exercise, answer_check
     ex = Exercise("Volume", "How much?", {"gb": "GB sent per GPU", "s": "seconds"},
                   check=answer_check({"gb": 280.0, "s": 1.0}), solution="")
     ex.inputs["gb"].value, ex.inputs["s"].value = "100", "1"
@@ -152,7 +154,7 @@ def test_answer_check_names_the_boxes_as_the_learner_sees_them():
 
 def test_typed_numbers_mean_what_they_say_or_are_refused_by_name():
     import pytest
-    from labtools.widgets import parse_number
+    from labtools.controls import parse_number
     assert parse_number("3.5", "x") == 3.5 and parse_number("1e9", "GPUs", integer=True) == 1_000_000_000
     assert parse_number(" 42 ", "n", integer=True) == 42 and parse_number("1e400", "x", finite=False) == float("inf")
     for typed, integer, says in (("3.5", True, "whole number"), ("abc", False, "a number is needed"),
@@ -164,7 +166,7 @@ def test_typed_numbers_mean_what_they_say_or_are_refused_by_name():
 
 
 def test_a_choice_slider_holds_the_lessons_own_values_exactly():
-    from labtools.widgets import choice_slider, nice_values
+    from labtools.controls import choice_slider, nice_values
     s = choice_slider(175.0, 0.1, 2000.0, "parameters (B)", include=(405,))
     assert s.value == 175.0 and s.label == "175"
     s.value = 405.0
