@@ -3,6 +3,8 @@ the runs send (an all-reduce, an all-gather and a reduce-scatter, each timed at 
 measure the compute it cannot predict at this scale (every rank at once, nothing sent), predict a data-parallel step
 (one all-reduce) and a ZeRO-2 step (a reduce-scatter and an all-gather) on two ranks, then run both."""
 
+from dataclasses import asdict, dataclass
+
 import numpy as np
 import plotly.graph_objects as go
 
@@ -11,110 +13,125 @@ from labtools.claims import Findings, Ledger, approx, at_least
 from labtools.compute import flops_per_token
 from labtools.config import derive
 from labtools.parallel import launch
-from labtools.plan import Cluster, CollectiveCosts, Layout, LinkCost, ModelShape, collective_bytes, collective_steps, \
-    step_time
+from labtools.plan import Cluster, CollectiveCosts, Layout, LinkCost, ModelShape, StepEstimate, collective_bytes, \
+    collective_steps, step_time
 from lessons.plan_a_run import Settings, ranks
-from lessons.plan_a_run.ranks import KINDS, CalibrationJob
+from lessons.plan_a_run.ranks import KINDS, Calibration, CalibrationJob, Collective, Run
 
 WORLD = 2
-RUNS = ("DDP", "ZeRO-2")
-ZERO = {"DDP": 0, "ZeRO-2": 2}
-MEASURED = {"DDP": "ddp_s", "ZeRO-2": "sharded_s"}
-COMPUTE = {"DDP": "together_s", "ZeRO-2": "sharded_alone_s"}  # each run's step with nothing sent
+LABELS = {Run.DDP: "DDP", Run.ZERO2: "ZeRO-2"}
+ZERO = {Run.DDP: 0, Run.ZERO2: 2}
 # The prediction must land within ±TOLERANCE of the run, and a planner that leaves communication out must miss a run
 # by more: wide enough for what the α-β model leaves out (the wait for the slower rank before a collective, copying
 # gradients into a bucket or out of a flat buffer), narrow enough that the compute-only planner fails it.
 TOLERANCE = 0.25
 
 
-def run(S: Settings) -> dict:
+def run(S: Settings) -> Calibration:
     """Launch the calibration and the predicted runs on WORLD ranks (gloo on the CPU, NCCL where every rank has a
     GPU)."""
     job = derive(CalibrationJob, S, rounds=S.rounds, matmul_sizes=S.matmul_sizes)
     return launch(ranks.calibrate, WORLD, job, desc=f"calibration × {WORLD}", timeout_s=300)[0]
 
 
-def fit(r: dict) -> dict[str, LinkCost]:
+@dataclass(frozen=True)
+class Prediction:
+    """The planner's steps for the runs, from what the calibration measured."""
+    estimates: dict[Run, StepEstimate]
+    efficiency: dict[Run, float]         # the compute's FLOP rate ÷ the matmul peak
+    costs: dict[Collective, LinkCost]    # each collective's fitted α and β
+    peak: float                          # the matmul peak, FLOP/s
+
+
+@dataclass(frozen=True)
+class Errors:
+    """One run's prediction against the run: predicted ÷ measured − 1."""
+    error: float          # the planner's step
+    compute_only: float   # the planner's compute alone (a planner that leaves communication out)
+
+
+def fit(r: Calibration) -> dict[Collective, LinkCost]:
     """Each collective's α (seconds per ring step) and β (bytes/s) from its times at several message sizes: the
     least-squares line through seconds against the bytes each rank sends."""
     out = {}
     for kind in KINDS:
-        sizes = sorted(int(b) for b in r["collectives"][kind])
-        sent = [collective_bytes(kind, b, r["world"]) for b in sizes]
-        slope, intercept = np.polyfit(sent, [r["collectives"][kind][str(b)] for b in sizes], 1)
-        out[kind] = LinkCost(latency=max(float(intercept), 0.0) / collective_steps(kind, r["world"]),
+        sizes = sorted(r.collectives[kind])
+        sent = [collective_bytes(kind, b, r.world) for b in sizes]
+        slope, intercept = np.polyfit(sent, [r.collectives[kind][b] for b in sizes], 1)
+        out[kind] = LinkCost(latency=max(float(intercept), 0.0) / collective_steps(kind, r.world),
                              bandwidth=1 / max(float(slope), 1e-15))
     return out
 
 
-def shape(S: Settings, r: dict) -> ModelShape:
-    return ModelShape(S.n_layer, S.n_embd, S.n_head, vocab=r["vocab"], seq=S.block_size, n_params=r["n_params"])
+def shape(S: Settings, r: Calibration) -> ModelShape:
+    return ModelShape(S.n_layer, S.n_embd, S.n_head, vocab=r.vocab, seq=S.block_size, n_params=r.n_params)
 
 
-def predict(S: Settings, r: dict, one_rank_alone: bool = False) -> dict:
+def predict(S: Settings, r: Calibration, one_rank_alone: bool = False) -> Prediction:
     """The planner's steps for DDP and ZeRO-2 on WORLD ranks, from what the calibration measured.
 
     The efficiency: each run's step with nothing sent (every rank at once), its FLOPs ÷ seconds ÷ the matmul peak;
     with one_rank_alone, one rank's DDP step alone instead, as a planner that counts FLOPs would calibrate. The
     collectives: their fitted α and β. DDP runs with one bucket and the sharded step sends after backward, so
     nothing hides: dp_overlap = 0."""
-    m, costs = r["median"], fit(r)
+    costs = fit(r)
+    ring = costs[Collective.ALL_REDUCE]
     model = shape(S, r)
     tokens = S.batch_size * S.block_size  # per rank
     cluster = lambda peak: Cluster(gpus_per_node=WORLD, gpu_memory=1e12, peak_flops=peak,  # noqa: E731
-                                   intra_bw=costs["all_reduce"].bandwidth, inter_bw=costs["all_reduce"].bandwidth,
-                                   latency=costs["all_reduce"].latency, collectives=CollectiveCosts(**costs))
+                                   intra_bw=ring.bandwidth, inter_bw=ring.bandwidth, latency=ring.latency,
+                                   collectives=CollectiveCosts(**{kind.value: c for kind, c in costs.items()}))
     est, efficiency = {}, {}
-    for name in RUNS:
-        achieved = flops_per_token(model) * tokens / m["solo_s" if one_rank_alone else COMPUTE[name]]
-        peak = max(m["peak"], achieved)  # a step faster than the matmul benchmark: its own rate is the peak
-        efficiency[name] = achieved / peak
-        est[name] = step_time(model, cluster(peak), Layout(WORLD, 1, 1), WORLD * S.batch_size, zero_stage=ZERO[name],
-                              micro_batch=S.batch_size, checkpoint="none", precision="fp32",
-                              efficiency=efficiency[name], dp_overlap=0.0)
-    return {"estimates": est, "efficiency": efficiency, "costs": costs, "peak": m["peak"]}
+    for run in Run:
+        achieved = flops_per_token(model) * tokens / (r.solo.median if one_rank_alone else r.runs[run].compute.median)
+        peak = max(r.peak.median, achieved)  # a step faster than the matmul benchmark: its own rate is the peak
+        efficiency[run] = achieved / peak
+        est[run] = step_time(model, cluster(peak), Layout(WORLD, 1, 1), WORLD * S.batch_size, zero_stage=ZERO[run],
+                             micro_batch=S.batch_size, checkpoint="none", precision="fp32",
+                             efficiency=efficiency[run], dp_overlap=0.0)
+    return Prediction(estimates=est, efficiency=efficiency, costs=costs, peak=r.peak.median)
 
 
-def errors(r: dict, p: dict) -> dict[str, dict[str, float]]:
+def errors(r: Calibration, p: Prediction) -> dict[Run, Errors]:
     """Per run: the prediction's error and the compute-only planner's, each predicted ÷ measured − 1."""
     out = {}
-    for name in RUNS:
-        measured, est = r["median"][MEASURED[name]], p["estimates"][name]
-        out[name] = {"error": est.step_s / measured - 1, "compute_only": est.compute_s / measured - 1}
+    for run in Run:
+        measured, est = r.runs[run].step.median, p.estimates[run]
+        out[run] = Errors(error=est.step_s / measured - 1, compute_only=est.compute_s / measured - 1)
     return out
 
 
-def figure(r: dict, p: dict) -> go.Figure:
+def figure(r: Calibration, p: Prediction) -> go.Figure:
     """Left: the collectives' times against the bytes each rank sends, with the fitted lines. Right: each predicted
     step (compute + communication) beside the run's, every round marked."""
     fig = plots.subplots(1, 2, ["collectives: seconds against bytes sent (measured, fitted)",
                                 "two runs predicted, then made"], height=400,
                          title="Calibrated on this machine, the planner predicts two runs it has not seen")
     for i, kind in enumerate(KINDS):
-        sizes = sorted(int(b) for b in r["collectives"][kind])
-        sent = [collective_bytes(kind, b, r["world"]) for b in sizes]
-        fig.add_trace(go.Scatter(x=[x / 1e6 for x in sent], y=[r["collectives"][kind][str(b)] * 1e3 for b in sizes],
+        sizes = sorted(r.collectives[kind])
+        sent = [collective_bytes(kind, b, r.world) for b in sizes]
+        fig.add_trace(go.Scatter(x=[x / 1e6 for x in sent], y=[r.collectives[kind][b] * 1e3 for b in sizes],
                                  mode="markers", name=kind.replace("_", "-"), marker=dict(color=plots.color(i))),
                       row=1, col=1)
-        c = p["costs"][kind]
+        c = p.costs[kind]
         xs = np.linspace(0, max(sent), 20)
-        fig.add_trace(go.Scatter(x=xs / 1e6, y=[(collective_steps(kind, r["world"]) * c.latency + x / c.bandwidth) * 1e3
+        fig.add_trace(go.Scatter(x=xs / 1e6, y=[(collective_steps(kind, r.world) * c.latency + x / c.bandwidth) * 1e3
                                                 for x in xs], mode="lines", showlegend=False,
                                  line=dict(color=plots.color(i), dash="dot")), row=1, col=1)
     ms = 1e3
-    for name in RUNS:
-        est = p["estimates"][name]
+    for run in Run:
+        est, name, first = p.estimates[run], LABELS[run], run == Run.DDP
         fig.add_trace(go.Bar(x=[f"{name}: predicted"], y=[est.compute_s * ms], marker_color=plots.color(3),
-                             name="compute (measured: all ranks, nothing sent)", showlegend=name == RUNS[0]),
+                             name="compute (measured: all ranks, nothing sent)", showlegend=first),
                       row=1, col=2)
         fig.add_trace(go.Bar(x=[f"{name}: predicted"], y=[est.dp_exposed_s * ms], marker_color=plots.color(4),
-                             name="communication (α, β)", showlegend=name == RUNS[0]), row=1, col=2)
-        fig.add_trace(go.Bar(x=[f"{name}: run"], y=[r["median"][MEASURED[name]] * ms], marker_color="#444444",
-                             name="the run (median)", showlegend=name == RUNS[0]), row=1, col=2)
-        rounds = r["rounds"][MEASURED[name]]
+                             name="communication (α, β)", showlegend=first), row=1, col=2)
+        fig.add_trace(go.Bar(x=[f"{name}: run"], y=[r.runs[run].step.median * ms], marker_color="#444444",
+                             name="the run (median)", showlegend=first), row=1, col=2)
+        rounds = r.runs[run].step.rounds
         fig.add_trace(go.Scatter(x=[f"{name}: run"] * len(rounds), y=[t * ms for t in rounds], mode="markers",
                                  marker=dict(color="black", size=6), name="each round",
-                                 showlegend=name == RUNS[0]), row=1, col=2)
+                                 showlegend=first), row=1, col=2)
     fig.update_xaxes(title_text="MB each rank sends", row=1, col=1)
     fig.update_yaxes(title_text="ms", row=1, col=1)
     fig.update_yaxes(title_text="ms per step", row=1, col=2)
@@ -122,28 +139,30 @@ def figure(r: dict, p: dict) -> go.Figure:
     return fig
 
 
-def findings(ledger: Ledger, S: Settings, r: dict, p: dict) -> Findings:
-    m, err = r["median"], errors(r, p)
-    for name in RUNS:
-        key = name.lower().replace("-", "")
-        ledger.add(f"predicted_{key}", f"With its collectives calibrated at other message sizes, the planner predicts "
-                   f"a {WORLD}-rank {name} step within ±{TOLERANCE:.0%} (predicted ÷ measured − 1)",
-                   err[name]["error"], approx(0.0, abs=TOLERANCE), kind="measured")
+def findings(ledger: Ledger, S: Settings, r: Calibration, p: Prediction) -> Findings:
+    err = errors(r, p)
+    for run in Run:
+        ledger.add(f"predicted_{run.value}", f"With its collectives calibrated at other message sizes, the planner "
+                   f"predicts a {WORLD}-rank {LABELS[run]} step within ±{TOLERANCE:.0%} (predicted ÷ measured − 1)",
+                   err[run].error, approx(0.0, abs=TOLERANCE), kind="measured")
     ledger.add("compute_only_refuted", f"The same planner without communication fails that test: it misses a run by "
                f"more than ±{TOLERANCE:.0%} (its larger miss, |predicted ÷ measured − 1|)",
-               max(abs(e["compute_only"]) for e in err.values()), at_least(TOLERANCE), kind="measured")
-    contention = m["together_s"] / m["solo_s"] - 1
+               max(abs(e.compute_only) for e in err.values()), at_least(TOLERANCE), kind="measured")
+    ddp, zero2 = r.runs[Run.DDP], r.runs[Run.ZERO2]
+    contention = ddp.compute.median / r.solo.median - 1
     solo = errors(r, predict(S, r, one_rank_alone=True))
-    ledger.note("calibration", {"median": m, "rounds": r["rounds"], "efficiency": p["efficiency"],
-                                "costs": {k: {"latency": c.latency, "bandwidth": c.bandwidth}
-                                          for k, c in p["costs"].items()},
-                                "predicted_s": {n: p["estimates"][n].step_s for n in RUNS}, "errors": err,
-                                "contention": contention, "errors_from_one_rank_alone": solo})
-    worst = max((e["error"] for e in err.values()), key=abs)
-    c = p["costs"]
-    slow_scatter = c["reduce_scatter"].bandwidth < 0.75 * c["all_gather"].bandwidth
+    ledger.note("calibration", {"peak": asdict(r.peak), "solo": asdict(r.solo),
+                                "runs": {run: asdict(steps) for run, steps in r.runs.items()},
+                                "efficiency": p.efficiency,
+                                "costs": {k: asdict(c) for k, c in p.costs.items()},
+                                "predicted_s": {run: p.estimates[run].step_s for run in Run},
+                                "errors": {run: asdict(e) for run, e in err.items()}, "contention": contention,
+                                "errors_from_one_rank_alone": {run: asdict(e) for run, e in solo.items()}})
+    worst = max((e.error for e in err.values()), key=abs)
+    c = p.costs
+    slow_scatter = c[Collective.REDUCE_SCATTER].bandwidth < 0.75 * c[Collective.ALL_GATHER].bandwidth
     sharding = ("Sharding the optimizer state cost more time than DDP here: this backend's reduce-scatter moves its "
-                "bytes slower than its all-gather." if m["sharded_s"] > m["ddp_s"] and slow_scatter else "")
+                "bytes slower than its all-gather." if zero2.step.median > ddp.step.median and slow_scatter else "")
     return Findings([
         f"For the communication, yes: from collectives timed at other sizes, it predicted both runs within "
         f"**{abs(worst):.0%}**, where leaving communication out misses by far more. " + sharding,
@@ -153,12 +172,12 @@ def findings(ledger: Ledger, S: Settings, r: dict, p: dict) -> Findings:
     ], [
         "| run | predicted, ms | measured, ms | error | without communication | from one rank alone |\n"
         "|---|---|---|---|---|---|\n" + "\n".join(
-            f"| {n} | {p['estimates'][n].step_s * 1e3:.1f} | {m[MEASURED[n]] * 1e3:.1f} | {err[n]['error']:+.0%} | "
-            f"{err[n]['compute_only']:+.0%} | {solo[n]['error']:+.0%} |" for n in RUNS),
-        f"Compute, every rank at once with nothing sent: {m['together_s'] * 1e3:.1f} ms per DDP step, "
-        f"{m['sharded_alone_s'] * 1e3:.1f} ms per ZeRO-2 step; one rank's DDP step alone: {m['solo_s'] * 1e3:.1f} ms.",
-        f"The matrix-product peak, {p['peak'] / 1e9:.1f} GFLOP/s: a DDP step reaches {p['efficiency']['DDP']:.0%} of "
-        "it.",
+            f"| {LABELS[run]} | {p.estimates[run].step_s * 1e3:.1f} | {r.runs[run].step.median * 1e3:.1f} | "
+            f"{err[run].error:+.0%} | {err[run].compute_only:+.0%} | {solo[run].error:+.0%} |" for run in Run),
+        f"Compute, every rank at once with nothing sent: {ddp.compute.median * 1e3:.1f} ms per DDP step, "
+        f"{zero2.compute.median * 1e3:.1f} ms per ZeRO-2 step; one rank's DDP step alone: "
+        f"{r.solo.median * 1e3:.1f} ms.",
+        f"The matrix-product peak, {p.peak / 1e9:.1f} GFLOP/s: a DDP step reaches {p.efficiency[Run.DDP]:.0%} of it.",
         "| collective | α, µs per ring step | β, GB/s |\n|---|---|---|\n" + "\n".join(
             f"| {k.replace('_', '-')} | {c[k].latency * 1e6:.0f} | {c[k].bandwidth / 1e9:.2f} |" for k in KINDS),
     ])

@@ -16,6 +16,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from labtools import profiling
 from labtools.config import LabConfig
+from labtools.keys import Key
 from labtools.optim import param_groups
 from labtools.parallel.toolkit import (build_gpt, device, global_batch, rank, rank_rows, report_progress, timed_steps,
                                        world_size)
@@ -26,7 +27,23 @@ from labtools.parallel.toolkit import (build_gpt, device, global_batch, rank, ra
 # that do overlap backward compete with it for this machine's two cores, and a rank that must answer a ring step
 # waits for the scheduler: they cost more than the same bytes sent alone.)
 BUCKET_MB = 1024
-KINDS = ("all_reduce", "all_gather", "reduce_scatter")
+
+
+class Collective(Key):
+    """The collectives the planner's communication is calibrated on (as labtools.layout names them)."""
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+
+
+KINDS = tuple(Collective)
+
+
+class Run(Key):
+    """The runs the calibrated planner predicts: a data-parallel step (DDP, one all-reduce) and the same step with
+    sharded optimizer state (ZeRO-2: a reduce-scatter and an all-gather)."""
+    DDP = "ddp"
+    ZERO2 = "zero2"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,15 +54,15 @@ class CalibrationJob(LabConfig):
     message_sizes: tuple = (2**14, 2**17, 2**20, 2**22)  # bytes: the collectives that calibrate α and β
 
 
-def _collective_s(kind: str, n_bytes: int, repeats: int) -> float:
+def _collective_s(kind: Collective, n_bytes: int, repeats: int) -> float:
     """Seconds per collective over n_bytes of fp32 (the all-reduced tensor, the all-gather's output, the
     reduce-scatter's input), every rank together."""
     N, dev = world_size(), device()
     n = max(N, n_bytes // 4 // N * N)
     whole, part = torch.zeros(n, device=dev), torch.zeros(n // N, device=dev)
-    run = {"all_reduce": lambda: dist.all_reduce(whole),
-           "all_gather": lambda: dist.all_gather_into_tensor(whole, part),
-           "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, whole)}[kind]
+    run = {Collective.ALL_REDUCE: lambda: dist.all_reduce(whole),
+           Collective.ALL_GATHER: lambda: dist.all_gather_into_tensor(whole, part),
+           Collective.REDUCE_SCATTER: lambda: dist.reduce_scatter_tensor(part, whole)}[kind]
     run()
     dist.barrier()
     t0 = time.perf_counter()
@@ -104,7 +121,38 @@ class ShardedStep:
         return (time.perf_counter() - t0) / len(batches)
 
 
-def calibrate(job: CalibrationJob) -> dict:
+@dataclass(frozen=True)
+class Timed:
+    """One quantity measured once per round, and its median (None where this rank did not measure it)."""
+    rounds: list[float]
+    median: float | None
+
+
+def _timed(rounds: list[float]) -> Timed:
+    return Timed(rounds=rounds, median=statistics.median(rounds) if rounds else None)
+
+
+@dataclass(frozen=True)
+class RunSteps:
+    """One predicted run, seconds per step."""
+    step: Timed      # the run: its step, its collectives included
+    compute: Timed   # the same step with nothing sent, every rank at once (the compute the planner is given)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What a rank measured for the planner, and the runs it predicts."""
+    peak: Timed          # the matmul benchmark's FLOP/s (rank 0 alone; empty on the others)
+    solo: Timed          # seconds of rank 0's DDP step alone, the others waiting (empty on the others)
+    runs: dict[Run, RunSteps]
+    collectives: dict[Collective, dict[int, float]]   # median seconds, by message size in bytes
+    n_params: int
+    world: int
+    vocab: int
+    bucket_cap_mb: float  # DDP's bucket: one, holding every gradient
+
+
+def calibrate(job: CalibrationJob) -> Calibration:
     """What the planner is calibrated on, and the runs it predicts, in alternating rounds. Calibration: three
     collectives at several message sizes, none the size the runs send (their α and β); each run's step with nothing
     sent, every rank at once (the compute the planner cannot predict at this scale); and, for comparison, the
@@ -126,33 +174,42 @@ def calibrate(job: CalibrationJob) -> dict:
     sharded.timed(mine[:1])
     if rank() == 0:
         timed_steps(solo, solo_opt, mine[:1])
-    out = {"peak": [], "solo_s": [], "together_s": [], "sharded_alone_s": [], "ddp_s": [], "sharded_s": []}
-    collectives = {kind: {str(b): [] for b in job.message_sizes} for kind in KINDS}
+    peak, solo_s = [], []
+    step_s = {run: [] for run in Run}     # each run's step, its collectives included, per round
+    compute_s = {run: [] for run in Run}  # ... with nothing sent, every rank at once
+    collectives = {kind: {b: [] for b in job.message_sizes} for kind in KINDS}
     for r in range(job.rounds):
         dist.barrier()
         if rank() == 0:
-            out["peak"].append(profiling.matmul_peak(job.matmul_sizes, dev)["fp32"]["peak"])
-            out["solo_s"].append(timed_steps(solo, solo_opt, mine[1:]))
+            peak.append(profiling.matmul_peak(job.matmul_sizes, dev)["fp32"]["peak"])
+            solo_s.append(timed_steps(solo, solo_opt, mine[1:]))
         dist.barrier()
         with ddp.no_sync():  # every rank computes at once, each step waits for the slowest, nothing sent
-            out["together_s"].append(timed_steps(ddp, ddp_opt, mine[1:], wait=True))
-        out["sharded_alone_s"].append(sharded.timed(mine[1:], communicate=False))
+            compute_s[Run.DDP].append(timed_steps(ddp, ddp_opt, mine[1:], wait=True))
+        compute_s[Run.ZERO2].append(sharded.timed(mine[1:], communicate=False))
         for kind in KINDS:
             for b in job.message_sizes:
-                collectives[kind][str(b)].append(_collective_s(kind, b, job.repeats))
+                collectives[kind][b].append(_collective_s(kind, b, job.repeats))
         dist.barrier()
-        out["ddp_s"].append(timed_steps(ddp, ddp_opt, mine[1:]))
+        step_s[Run.DDP].append(timed_steps(ddp, ddp_opt, mine[1:]))
         dist.barrier()
-        out["sharded_s"].append(sharded.timed(mine[1:]))
+        step_s[Run.ZERO2].append(sharded.timed(mine[1:]))
         report_progress(r + 1, job.rounds, "calibration rounds")
-    return {"rounds": out, "median": {k: statistics.median(v) for k, v in out.items() if v},
-            "collectives": {kind: {b: statistics.median(v) for b, v in sizes.items()}
-                            for kind, sizes in collectives.items()},
-            "n_params": n_params, "world": N, "vocab": solo.config.vocab_size,
-            "bucket_cap_mb": ddp.bucket_bytes_cap / 2**20}
+    return Calibration(peak=_timed(peak), solo=_timed(solo_s),
+                       runs={run: RunSteps(step=_timed(step_s[run]), compute=_timed(compute_s[run])) for run in Run},
+                       collectives={kind: {b: statistics.median(v) for b, v in sizes.items()}
+                                    for kind, sizes in collectives.items()},
+                       n_params=n_params, world=N, vocab=solo.config.vocab_size,
+                       bucket_cap_mb=ddp.bucket_bytes_cap / 2**20)
 
 
-def sharded_parity(job: CalibrationJob) -> dict:
+@dataclass(frozen=True)
+class Parity:
+    """The sharded step against AdamW in one process, on this rank."""
+    max_diff: float   # largest |difference| of any weight after job.steps steps
+
+
+def sharded_parity(job: CalibrationJob) -> Parity:
     """ShardedStep against one process: job.steps steps on every rank's rows, and AdamW (the same settings, on every
     parameter) on the whole batch in one process; the largest difference of any weight afterwards."""
     N = world_size()
@@ -168,4 +225,4 @@ def sharded_parity(job: CalibrationJob) -> dict:
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return {"max_diff": max((a - b).abs().max().item() for a, b in zip(sharded.params, one.parameters()))}
+    return Parity(max_diff=max((a - b).abs().max().item() for a, b in zip(sharded.params, one.parameters())))
