@@ -12,16 +12,15 @@ from labtools.parallel.mesh import check_mesh
 from labtools.parallel.tensor import check_tensor_parallel
 from labtools.plan import MODELS
 from lessons.tensor_parallel import Settings
-from lessons.tensor_parallel.ranks import parity
+from lessons.tensor_parallel.ranks import ParityResult, Version, parity
 
 
 
 def test_two_ranks_written_out_and_dtensor_equal_one_rank():
     res = launch(parity, 2, Settings(n_layer=1, n_embd=32, n_head=4, block_size=16, batch_size=2), show_progress=False)
     for r in res:
-        for part, versions in r.items():
-            if part == "dist":
-                continue
+        assert isinstance(r, ParityResult) and set(r.gpt) == set(Version)
+        for part, versions in (("mlp", r.mlp), ("attention", r.attention), ("gpt", r.gpt)):
             for version, diff in versions.items():
                 assert diff <= 1e-5, (part, version, diff)
 

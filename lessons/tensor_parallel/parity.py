@@ -4,28 +4,30 @@ import plotly.graph_objects as go
 
 from labtools import plots
 from labtools.claims import Findings, Ledger, at_most
+from lessons.tensor_parallel.launches import LessonRuns
+from lessons.tensor_parallel.ranks import Version
 
 
-def table(res: dict) -> go.Figure:
+def table(res: LessonRuns) -> go.Figure:
     rows = []
-    for t, r in res["tp"].items():
-        p = r[0]["parity"]
-        rows += [(f"tp = {t}", part, f"{p[part]['written-out']:.1e}", f"{p[part]['dtensor']:.1e}", "—")
-                 for part in ("mlp", "attention")]
-        rows.append((f"tp = {t}", "whole GPT", f"{p['gpt']['written-out']:.1e}", f"{p['gpt']['dtensor']:.1e}",
-                     f"{p['gpt']['dtensor+sp']:.1e}"))
+    for t, r in res.tp.items():
+        p = r[0].parity
+        rows += [(f"tp = {t}", name, f"{part[Version.WRITTEN_OUT]:.1e}", f"{part[Version.DTENSOR]:.1e}", "—")
+                 for name, part in (("mlp", p.mlp), ("attention", p.attention))]
+        rows.append((f"tp = {t}", "whole GPT", f"{p.gpt[Version.WRITTEN_OUT]:.1e}", f"{p.gpt[Version.DTENSOR]:.1e}",
+                     f"{p.gpt[Version.DTENSOR_SP]:.1e}"))
     return plots.table(("", "module", "written out (f, g)", "DTensor TP", "DTensor TP + SP"), rows,
                        title="Max |Δ| of outputs and gradients against the same module on one rank (fp32)")
 
 
-def findings(ledger: Ledger, res: dict) -> Findings:
+def findings(ledger: Ledger, res: LessonRuns) -> Findings:
     """One claim over every tensor-parallel size: the worst difference of any module, version and rank."""
     rows, worst = [], 0.0
-    for tp, r in res["tp"].items():
-        worst_tp = max(v for x in r for part in x["parity"].values() for v in part.values())
+    for tp, r in res.tp.items():
+        worst_tp = max(x.parity.worst() for x in r)
         worst = max(worst, worst_tp)
-        rows.append(f"| {tp} | {r[0]['dist']['backend']} | {worst_tp:.1e} |")
-    sizes = " and ".join(str(tp) for tp in res["tp"])
+        rows.append(f"| {tp} | {r.dist[0].backend} | {worst_tp:.1e} |")
+    sizes = " and ".join(str(tp) for tp in res.tp)
     ledger.add("parity", f"tp = {sizes}: MLP, attention and the whole GPT — written out, DTensor, DTensor + SP — give "
                "one rank's outputs and gradients (worst |Δ| over sizes and ranks, fp32)", worst, at_most(1e-5),
                kind="measured")
