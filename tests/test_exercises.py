@@ -352,15 +352,19 @@ def test_lesson_08_partition_solution_passes_and_round_robin_or_unsorted_fails_n
 def _timed_1f1b(worlds=(2, 4), ms=(4, 8)):
     """Section 3's launches as the exercise reads them, with the rule's order as the timed actions (the notebook's
     ledger holds torch's Schedule1F1B to the same order on every run: claim torch_1f1b_order)."""
+    from labtools.pipeline import Schedule
+    from lessons.pipeline_parallel.launches import DepthRun
     from lessons.pipeline_parallel.order_exercise import rule_orders
+    from lessons.pipeline_parallel.ranks import Timeline, TimelinesResult
     out = {}
     for p in worlds:
         runs = []
         for m in ms:
             intervals = [{"row": r, "kind": "forward" if k == "F" else "backward", "mb": i}
                          for r, order in enumerate(rule_orders(p, m)) for k, i in order]
-            runs.append({"schedule": "1f1b", "m": m, "intervals": intervals})
-        out[p] = {"ranks": [{"timelines": runs}]}
+            runs.append(Timeline(schedule=Schedule.ONE_F_ONE_B, p=p, m=m, intervals=intervals))
+        out[p] = DepthRun(ranks=[TimelinesResult(timelines=runs, overruns=0, simulated=True)], single_losses=[],
+                          real=None)
     return out
 
 

@@ -1,17 +1,20 @@
 """Pipelines: schedules as data against the formula, stages against the whole model, and real ranks against one
 process (written-out and PyTorch schedules)."""
 
+import dataclasses
+
 import pytest
 import torch
 
 from labtools.model import GPT, GPTConfig
 from labtools.parallel import launch
 from labtools.parallel.pipeline import check_pipeline, gpt_stages
-from labtools.pipeline import (Action, decompose, from_torch, idle_fraction, idle_per_row, in_flight, schedule_order,
-                               simulate, split_backward)
+from labtools.pipeline import (Action, Schedule, decompose, from_torch, idle_fraction, idle_per_row, in_flight,
+                               schedule_order, simulate, split_backward)
 from labtools.plan import bubble_fraction
 from lessons.pipeline_parallel import Settings
-from lessons.pipeline_parallel.ranks import parity, timelines
+from lessons.pipeline_parallel.launches import DepthRun
+from lessons.pipeline_parallel.ranks import ParityResult, TimelinesResult, parity, timelines
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
@@ -114,21 +117,24 @@ def test_stages_chained_compute_the_whole_model():
 def test_two_ranks_every_schedule_equals_one_process():
     S = Settings(n_layer=4, n_embd=32, block_size=16, batch_size=8, m=4, micro_batches=(4,), worlds=(2,))
     res = launch(parity, 2, S, show_progress=False)
+    assert all(isinstance(r, ParityResult) for r in res)
     for r in res:
-        for schedule, entry in r.items():
-            if isinstance(entry, dict) and "ran" in entry:
-                assert entry["ran"], f"{schedule}: {entry.get('error')}"
-                assert entry["max_grad_diff"] <= 1e-6, schedule
-    assert res[0]["zbv"]["loss"] == pytest.approx(res[0]["reference_loss"], abs=1e-6)  # rank 0 holds ZBV's last stage
+        for schedule, entry in r.schedules.items():
+            assert entry.ran, f"{schedule}: {entry.error}"
+            assert entry.max_grad_diff <= 1e-6, schedule
+    zbv = res[0].schedules[Schedule.ZBV]
+    assert zbv.loss == pytest.approx(res[0].reference_loss, abs=1e-6)  # rank 0 holds ZBV's last stage
+    assert sorted(zbv.stages) == [0, 3]  # the V's two ends
 
 
 def test_real_compute_timelines_are_gathered_to_rank_0():
     job = Settings(n_layer=4, n_embd=32, block_size=16, batch_size=8, m=2, micro_batches=(2,), worlds=(2,),
                   schedules=("written-out 1f1b",), simulate=False, zero_bubble=False)
     res = launch(timelines, 2, job, show_progress=False)
-    assert [(run["schedule"], run["m"]) for run in res[0]["timelines"]] == [("written-out 1f1b", 2)]
-    intervals = res[0]["timelines"][0]["intervals"]
-    assert res[1]["timelines"] == []
+    assert isinstance(res[0], TimelinesResult) and not res[0].simulated
+    assert [(run.schedule, run.p, run.m) for run in res[0].timelines] == [(Schedule.WRITTEN_OUT_1F1B, 2, 2)]
+    intervals = res[0].timelines[0].intervals
+    assert res[1].timelines == []
     assert sorted({iv["row"] for iv in intervals}) == [0, 1]
     assert len(intervals) == 2 * 2 * 2  # 2 ranks × (2 forwards + 2 backwards)
     assert all(iv["end"] > iv["start"] >= 0 for iv in intervals)
@@ -161,8 +167,8 @@ def test_zbv_runs_torchs_list_on_two_ranks_and_the_claims_can_fail():
     job = Settings(n_layer=4, n_embd=32, block_size=16, batch_size=8, m=4, micro_batches=(4,), worlds=(2,),
                    schedules=("interleaved",), t_f_ms=10.0)
     res = launch(timelines, 2, job, show_progress=False)
-    assert [(run["schedule"], run["m"]) for run in res[0]["timelines"]] == [("interleaved", 4), ("zbv", 4)]
-    results = {2: {"ranks": res}}
+    assert [(run.schedule, run.m) for run in res[0].timelines] == [(Schedule.INTERLEAVED, 4), (Schedule.ZBV, 4)]
+    results = {2: DepthRun(ranks=res, single_losses=[], real=None)}  # these readers read rank 0's timelines only
     ledger = Ledger("test")
     zero_bubble.findings(ledger, job, results)
     claims = {c.key: c for c in ledger.claims}
@@ -171,7 +177,8 @@ def test_zbv_runs_torchs_list_on_two_ranks_and_the_claims_can_fail():
     zero_bubble.figure(zero_bubble.runs(results)[2], 2, job)  # draws from the run
 
     run = zero_bubble.runs(results)[2]
-    bad = {2: {"ranks": [{"timelines": [dict(run, pipeline_order=_gpipe_over_a_v(2, 4))]}]}}
+    bad_run = dataclasses.replace(run, pipeline_order=_gpipe_over_a_v(2, 4))
+    bad = {2: DepthRun(ranks=[dataclasses.replace(res[0], timelines=[bad_run])], single_losses=[], real=None)}
     ledger = Ledger("test")
     zero_bubble.findings(ledger, job, bad)
     claims = {c.key: c for c in ledger.claims}

@@ -7,18 +7,21 @@ from labtools.claims import Findings, Ledger, approx, at_most, is_true
 from labtools.pipeline import SCHEDULES, Schedule, decompose, idle_per_row
 from labtools.plan import bubble_fraction
 from lessons.pipeline_parallel import QUOTED_EFFICIENCY, Settings
+from lessons.pipeline_parallel.launches import DepthRun
 from lessons.pipeline_parallel.order_exercise import rule_orders, torch_orders
+from lessons.pipeline_parallel.ranks import Timeline
 
 
-def measured(results: dict[int, dict], real: bool = False) -> dict[tuple[int, Schedule, int], list[dict]]:
-    """{(p, schedule, m): intervals} of the simulated (or real) compute runs of the schedules the formula covers
+def measured(results: dict[int, DepthRun], real: bool = False) -> list[Timeline]:
+    """The simulated (or real) compute runs of the schedules the formula covers, every depth's in turn
     (zero_bubble.py draws ZBV's)."""
-    out = {}
-    for p, r in results.items():
-        for run in (r["real"] if real else r["ranks"][0]["timelines"]) or []:
-            if run["schedule"] in SCHEDULES:
-                out[(p, Schedule(run["schedule"]), run["m"])] = run["intervals"]
-    return out
+    return [run for r in results.values() for run in (r.real if real else r.timelines) or []
+            if run.schedule in SCHEDULES]
+
+
+def label(run: Timeline) -> str:
+    """"p4 1f1b m16": a run as the ledger's notes name it."""
+    return f"p{run.p} {run.schedule} m{run.m}"
 
 
 def formula(p: int, schedule: str, m: int, v: int) -> float:
@@ -36,19 +39,19 @@ def timeline_figure(intervals: list[dict], p: int, schedule: str, m: int, v: int
     return fig
 
 
-def figure(runs: dict[tuple, list[dict]], v: int, title: str) -> go.Figure:
+def figure(runs: list[Timeline], v: int, title: str) -> go.Figure:
     """Measured bubble (filled markers) and all idle time, latency included (open markers), against the formula."""
     fig = go.Figure()
-    ms = sorted({m for (_, _, m) in runs})
+    ms = sorted({run.m for run in runs})
     dense = [x / 4 for x in range(4, 4 * max(ms) + 1)]
-    for i, p in enumerate(sorted({p for (p, _, _) in runs})):
+    for i, p in enumerate(sorted({run.p for run in runs})):
         c = plots.color(i)
         fig.add_trace(go.Scatter(x=dense, y=[(p - 1) / (x + p - 1) for x in dense], mode="lines", line=dict(color=c),
                                  name=f"(p−1)/(m+p−1), p = {p}"))
         fig.add_trace(go.Scatter(x=dense, y=[(p - 1) / (v * x + p - 1) for x in dense], mode="lines",
                                  line=dict(color=c, dash="dot"), name=f"(p−1)/(v·m+p−1), p = {p}, v = {v}"))
         for schedule, symbol in zip(SCHEDULES, ("circle", "diamond", "x")):
-            pts = sorted((m, decompose(iv)) for (pp, s, m), iv in runs.items() if pp == p and s == schedule)
+            pts = sorted((run.m, decompose(run.intervals)) for run in runs if run.p == p and run.schedule == schedule)
             if pts:
                 fig.add_trace(go.Scatter(x=[a for a, _ in pts], y=[d["bubble"] for _, d in pts], mode="markers",
                                          marker=dict(color=c, symbol=symbol, size=10),
@@ -61,15 +64,15 @@ def figure(runs: dict[tuple, list[dict]], v: int, title: str) -> go.Figure:
     return fig
 
 
-def timeline_findings(ledger: Ledger, S: Settings, results: dict[int, dict]) -> Findings:
+def timeline_findings(ledger: Ledger, S: Settings, results: dict[int, DepthRun]) -> Findings:
     """Section 3: the timed runs are the schedule — torch's 1F1B ran the lab's order on every rank, and the padding
     held (actions that overran their simulated time)."""
     ran = torch_orders(results)
-    same = all(orders == rule_orders(p_, m_) for (p_, m_), orders in ran.items()) and bool(ran)
+    same = all(run.orders == rule_orders(run.p, run.m) for run in ran) and bool(ran)
     ledger.add("torch_1f1b_order", "torch's Schedule1F1B ran, on every rank, the order section 1 draws and the "
                f"exercise's rule gives ({len(ran)} timed runs, m ≥ p)", same, is_true(), kind="measured")
-    overruns = sum(r["overruns"] for res in results.values() for r in res["ranks"])
-    actions = sum(len(run["intervals"]) for res in results.values() for run in res["ranks"][0]["timelines"])
+    overruns = sum(rk.overruns for res in results.values() for rk in res.ranks)
+    actions = sum(len(run.intervals) for res in results.values() for run in res.timelines)
     answer = ("The schedule itself: on every rank, 1F1B ran its actions in the order section 1 draws, each padded "
               "to its simulated time." if same else
               "Not quite the drawn schedule: on some rank, torch's 1F1B ran another order than section 1 draws.")
@@ -81,62 +84,63 @@ def timeline_findings(ledger: Ledger, S: Settings, results: dict[int, dict]) -> 
     ])
 
 
-def findings(ledger: Ledger, S: Settings, results: dict[int, dict]) -> Findings:
+def findings(ledger: Ledger, S: Settings, results: dict[int, DepthRun]) -> Findings:
     runs = measured(results)
-    parts = {key: decompose(iv) for key, iv in runs.items()}
-    gaps = {key: d["bubble"] - formula(key[0], key[1], key[2], S.v) for key, d in parts.items()}
-    worst = max(gaps, key=lambda k: abs(gaps[k]))
+    parts = [decompose(run.intervals) for run in runs]
+    gaps = [d["bubble"] - formula(run.p, run.schedule, run.m, S.v) for run, d in zip(runs, parts)]
+    worst = max(range(len(runs)), key=lambda i: abs(gaps[i]))
     depths = " and ".join(str(p) for p in results)
     ledger.add("bubble", f"Simulated compute, p = {depths}: the measured bubble of GPipe, 1F1B and interleaved 1F1B "
                "is within 0.05 of (p−1)/(m+p−1), or (p−1)/(v·m+p−1), for every m swept (worst |measured − "
-               f"formula|, at p = {worst[0]}, {worst[1]}, m = {worst[2]})", abs(gaps[worst]), at_most(0.05),
-               kind="measured")
-    key = (4, Schedule.ONE_F_ONE_B, 16)
-    key = key if key in runs else max(runs, key=lambda k: (k[0], k[2]))
-    p, m = key[0], key[2]
+               f"formula|, at p = {runs[worst].p}, {runs[worst].schedule}, m = {runs[worst].m})", abs(gaps[worst]),
+               at_most(0.05), kind="measured")
+    at = next((i for i, run in enumerate(runs) if (run.p, run.schedule, run.m) == (4, Schedule.ONE_F_ONE_B, 16)),
+              None)
+    at = at if at is not None else max(range(len(runs)), key=lambda i: (runs[i].p, runs[i].m))
+    p, m, bubble = runs[at].p, runs[at].m, parts[at]["bubble"]
     quoted_idle = 1 - QUOTED_EFFICIENCY  # what "η = 78.9%" would leave idle
-    ledger.add("quoted_78_9", f"p = {p}, m = {m} ({key[1]}): the measured bubble, latency separated, is the "
-               f"formula's (p−1)/(m+p−1) = {bubble_fraction(p, m):.1%}, not the {quoted_idle:.1%} that \"η = 78.9%\" "
-               "leaves idle (within 0.025: the two are 0.05 apart)", parts[key]["bubble"],
+    ledger.add("quoted_78_9", f"p = {p}, m = {m} ({runs[at].schedule}): the measured bubble, latency separated, is "
+               f"the formula's (p−1)/(m+p−1) = {bubble_fraction(p, m):.1%}, not the {quoted_idle:.1%} that \"η = "
+               "78.9%\" leaves idle (within 0.025: the two are 0.05 apart)", bubble,
                approx(bubble_fraction(p, m), abs=0.025),
                source="a widely repeated calculation: η = (m−1)/(m+p−1) = 15/19", kind="measured")
-    ledger.note("bubble_gaps", {f"p{k[0]} {k[1]} m{k[2]}": g for k, g in gaps.items()})
-    ledger.note("latency", {f"p{k[0]} {k[1]} m{k[2]}": d["latency"] for k, d in parts.items()})
-    lat = [d["latency"] for d in parts.values()]
+    ledger.note("bubble_gaps", {label(run): g for run, g in zip(runs, gaps)})
+    ledger.note("latency", {label(run): d["latency"] for run, d in zip(runs, parts)})
+    lat = [d["latency"] for d in parts]
     rows = []
     for q in results:
         for schedule in SCHEDULES:
-            keys = [k for k in gaps if k[0] == q and k[1] == schedule]
-            if keys:
-                w = max(keys, key=lambda k: abs(gaps[k]))
-                rows.append(f"| {q} | {schedule} | {len(keys)} | {gaps[w]:+.3f} (m = {w[2]}) | "
-                            f"{max(parts[k]['latency'] for k in keys):.1%} |")
+            these = [i for i, run in enumerate(runs) if run.p == q and run.schedule == schedule]
+            if these:
+                w = max(these, key=lambda i: abs(gaps[i]))
+                rows.append(f"| {q} | {schedule} | {len(these)} | {gaps[w]:+.3f} (m = {runs[w].m}) | "
+                            f"{max(parts[i]['latency'] for i in these):.1%} |")
     table = ("| p | schedule | runs | worst gap, measured − formula | most latency |\n|---|---|---|---|---|\n"
              + "\n".join(rows))
-    near = abs(parts[key]["bubble"] - bubble_fraction(p, m)) <= 0.025
+    near = abs(bubble - bubble_fraction(p, m)) <= 0.025
     return Findings([
         (f"Yes: with simulated compute, the measured bubble stayed within **{abs(gaps[worst]):.2f}** of the formula "
          f"in all {len(gaps)} runs; latency came on top of it." if abs(gaps[worst]) <= 0.05 else
          f"Roughly: with simulated compute the bubble tracked the formula, but one run idled **{gaps[worst]:+.2f}** "
          "beyond it: on a busy machine a rank can wake late. Rerun to see whether it holds."),
         (f"So the quoted 78.9% is one micro-batch off: at $p = {p}$, $m = {m}$ the run idled "
-         f"**{parts[key]['bubble']:.1%}**, near the formula's "
+         f"**{bubble:.1%}**, near the formula's "
          f"${p - 1}/{m + p - 1} = {100 * bubble_fraction(p, m):.1f}\\%$."
          if near else
-         f"At $p = {p}$, $m = {m}$ the run idled **{parts[key]['bubble']:.1%}**, farther from the formula's "
+         f"At $p = {p}$, $m = {m}$ the run idled **{bubble:.1%}**, farther from the formula's "
          f"${p - 1}/{m + p - 1} = {100 * bubble_fraction(p, m):.1f}\\%$ than this lesson claims."),
     ], [table, f"Latency, the input existing but not yet arrived, took {min(lat):.1%} to {max(lat):.1%} of a step."])
 
 
-def real_findings(ledger: Ledger, S: Settings, results: dict[int, dict]) -> Findings:
+def real_findings(ledger: Ledger, S: Settings, results: dict[int, DepthRun]) -> Findings:
     runs = measured(results, real=True)
     if not runs:
         return Findings(["This profile runs simulated compute only; the `cpu` and `gpu` profiles also time the real "
                          "computation."])
-    ledger.note("real_idle", {f"p{p} {s} m{m}": decompose(iv) for (p, s, m), iv in runs.items()})
-    by_p = {p: [1 - decompose(iv)["busy"] for (pp, s, m), iv in runs.items() if pp == p] for p in results}
-    over = {key: 1 - decompose(iv)["busy"] - formula(*key, S.v) for key, iv in runs.items()}
-    most = max(over, key=over.get)
+    ledger.note("real_idle", {label(run): decompose(run.intervals) for run in runs})
+    by_p = {p: [1 - decompose(run.intervals)["busy"] for run in runs if run.p == p] for p in results}
+    over = [1 - decompose(run.intervals)["busy"] - formula(run.p, run.schedule, run.m, S.v) for run in runs]
+    most = max(range(len(runs)), key=lambda i: over[i])
     rows = [f"| {p} | {min(v):.0%} | {max(v):.0%} |" for p, v in by_p.items() if v]
     return Findings([
         f"With real compute the ranks idled up to **{over[most]:.0%}** of the step more than the formula: here a rank "
@@ -145,4 +149,4 @@ def real_findings(ledger: Ledger, S: Settings, results: dict[int, dict]) -> Find
         f"With real compute the ranks idled within **{over[most]:+.0%}** of the formula: this machine ran them like "
         "separate devices.",
     ], ["| p | least idle | most idle |\n|---|---|---|\n" + "\n".join(rows),
-        f"The most beyond the formula: p = {most[0]}, {most[1]}, m = {most[2]}."])
+        f"The most beyond the formula: p = {runs[most].p}, {runs[most].schedule}, m = {runs[most].m}."])

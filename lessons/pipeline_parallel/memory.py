@@ -7,15 +7,16 @@ from labtools.claims import Findings, Ledger, approx, at_most
 from labtools.pipeline import Schedule, in_flight, schedule_order
 from labtools.plan import collective_bytes
 from lessons.pipeline_parallel import Settings
+from lessons.pipeline_parallel.launches import DepthRun
 
 
-def figure(results: dict[int, dict], m: int) -> go.Figure:
+def figure(results: dict[int, DepthRun], m: int) -> go.Figure:
     fig = plots.subplots(1, len(results), [f"p = {p}, m = {m}" for p in results], height=380)
     for col, (p, r) in enumerate(results.items(), 1):
         predicted = {Schedule.GPIPE: [m] * p,
                      Schedule.ONE_F_ONE_B: in_flight(schedule_order(Schedule.ONE_F_ONE_B, p, m))}
         for i, schedule in enumerate(predicted):
-            held = [rk["memory"][schedule] / rk["memory"]["per_micro_batch"] for rk in r["ranks"]]
+            held = [rk.memory.held(schedule) for rk in r.ranks]
             x = [f"rank {k}" for k in range(p)]
             fig.add_trace(go.Bar(x=x, y=held, name=f"{schedule}, measured", marker_color=plots.color(i),
                                  showlegend=col == 1), row=1, col=col)
@@ -27,12 +28,11 @@ def figure(results: dict[int, dict], m: int) -> go.Figure:
     return fig
 
 
-def findings(ledger: Ledger, results: dict[int, dict], m: int) -> Findings:
+def findings(ledger: Ledger, results: dict[int, DepthRun], m: int) -> Findings:
     """One claim per schedule over every depth: GPipe holds m micro-batches on every rank, 1F1B min(p − r, m)."""
     rows, worst = [], {Schedule.GPIPE: 0.0, Schedule.ONE_F_ONE_B: 0.0}
     for p, r in results.items():
-        held = {s: [rk["memory"][s] / rk["memory"]["per_micro_batch"] for rk in r["ranks"]]
-                for s in (Schedule.GPIPE, Schedule.ONE_F_ONE_B)}
+        held = {s: [rk.memory.held(s) for rk in r.ranks] for s in (Schedule.GPIPE, Schedule.ONE_F_ONE_B)}
         pred = in_flight(schedule_order(Schedule.ONE_F_ONE_B, p, m))
         worst[Schedule.GPIPE] = max(worst[Schedule.GPIPE], *(abs(h - m) for h in held[Schedule.GPIPE]))
         worst[Schedule.ONE_F_ONE_B] = max(worst[Schedule.ONE_F_ONE_B],
@@ -53,14 +53,14 @@ def findings(ledger: Ledger, results: dict[int, dict], m: int) -> Findings:
         f"Each run had m = {m} micro-batches."])
 
 
-def traffic_table(results: dict[int, dict], S: Settings) -> go.Figure:
+def traffic_table(results: dict[int, DepthRun], S: Settings) -> go.Figure:
     rows = []
     for p, r in results.items():
-        t = r["ranks"][0]["traffic"]
-        pipe_pred = 2 * (p - 1) * S.m * t["activation_bytes"]
-        ddp_pred = p * collective_bytes("all_reduce", t["param_bytes"], p)
-        rows.append((f"p = {p}", f"{t['activation_bytes']:,}", f"{pipe_pred:,}", _fmt(t["pipeline_wire"]),
-                     f"{ddp_pred:,.0f}", _fmt(t["ddp_wire"])))
+        t = r.ranks[0].traffic
+        pipe_pred = 2 * (p - 1) * S.m * t.activation_bytes
+        ddp_pred = p * collective_bytes("all_reduce", t.param_bytes, p)
+        rows.append((f"p = {p}", f"{t.activation_bytes:,}", f"{pipe_pred:,}", _fmt(t.pipeline_wire),
+                     f"{ddp_pred:,.0f}", _fmt(t.ddp_wire)))
     return plots.table(("", "b·s·h·4 bytes", "pipeline, predicted", "pipeline, on the wire", "DDP, predicted (ring)",
                         "DDP, on the wire"), rows, title=f"Bytes per training step, all ranks together (m = {S.m})",
                        row_height=32)
@@ -70,15 +70,15 @@ def _fmt(x) -> str:
     return "not measurable here" if x is None else f"{x:,}"
 
 
-def traffic_findings(ledger: Ledger, results: dict[int, dict], S: Settings) -> Findings:
+def traffic_findings(ledger: Ledger, results: dict[int, DepthRun], S: Settings) -> Findings:
     """One claim per quantity over every depth: bytes handed to gloo, on the wire, and DDP's on the wire."""
     rows, counted_off, wire, ddp, ratios = [], 0.0, [], [], []
     for p, r in results.items():
-        t = [rk["traffic"] for rk in r["ranks"]]
-        pipe_pred = 2 * (p - 1) * S.m * t[0]["activation_bytes"]
-        counted_off = max(counted_off, abs(sum(x["pipeline_sent_counted"] for x in t) / pipe_pred - 1))
-        pipe_wire, ddp_wire = t[0]["pipeline_wire"], t[0]["ddp_wire"]
-        ddp_pred = p * collective_bytes("all_reduce", t[0]["param_bytes"], p)
+        t = [rk.traffic for rk in r.ranks]
+        pipe_pred = 2 * (p - 1) * S.m * t[0].activation_bytes
+        counted_off = max(counted_off, abs(sum(x.pipeline_sent_counted for x in t) / pipe_pred - 1))
+        pipe_wire, ddp_wire = t[0].pipeline_wire, t[0].ddp_wire
+        ddp_pred = p * collective_bytes("all_reduce", t[0].param_bytes, p)
         if pipe_wire is not None:
             wire.append(pipe_wire / pipe_pred)
             ddp.append(ddp_wire / ddp_pred)
@@ -88,7 +88,7 @@ def traffic_findings(ledger: Ledger, results: dict[int, dict], S: Settings) -> F
     ledger.add("p2p_counted", f"p = {depths}: the schedule hands the backend one b·s·h activation forward and one "
                "gradient backward per micro-batch per boundary (worst |counted ÷ 2(p−1)·m·b·s·h·4 − 1|)", counted_off,
                at_most(1e-9), kind="counted", detail=True)
-    act = results[min(results)]["ranks"][0]["traffic"]["activation_bytes"]
+    act = results[min(results)].ranks[0].traffic.activation_bytes
     if not wire:
         return Findings(["Nothing was measured on the wire here (no loopback counter, or the ranks ran on NCCL); "
                          "what the schedule handed to the backend is the prediction exactly."],

@@ -4,11 +4,13 @@ really ran on this lesson's ranks (section 3's timed launches), and against the 
 
 import html
 import inspect
+from dataclasses import dataclass
 
 from IPython.display import HTML, display
 
 from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, where_it_failed
 from labtools.pipeline import Schedule, schedule_order
+from lessons.pipeline_parallel.launches import DepthRun
 
 HINT = ("rank r first runs min(m, p − r) forwards; then, while forwards remain, one backward and one forward; then "
         "the remaining backwards, oldest micro-batch first")
@@ -23,15 +25,19 @@ def reference(r, p, m):
     return order + [("B", i) for i in range(m - warmup, m)]
 
 
-def torch_orders(results: dict[int, dict]) -> dict[tuple[int, int], list[list[tuple]]]:
-    """{(p, m): each rank's actions in the order torch's Schedule1F1B ran them}, from the timed launches."""
-    out = {}
-    for p, res in results.items():
-        for run in res["ranks"][0]["timelines"]:
-            if run["schedule"] == Schedule.ONE_F_ONE_B:
-                out[(p, run["m"])] = [[(iv["kind"][0].upper(), iv["mb"]) for iv in run["intervals"] if iv["row"] == r]
-                                      for r in range(p)]
-    return out
+@dataclass(frozen=True)
+class RanOrder:
+    """The order one timed 1F1B run took on its ranks."""
+    p: int
+    m: int
+    orders: list[list[tuple]]  # each rank's actions as ("F" or "B", micro-batch), in the order it ran them
+
+
+def torch_orders(results: dict[int, DepthRun]) -> list[RanOrder]:
+    """Each 1F1B run torch's Schedule1F1B made in the timed launches, with the order each rank ran its actions in."""
+    return [RanOrder(p, run.m, [[(iv["kind"][0].upper(), iv["mb"]) for iv in run.intervals if iv["row"] == r]
+                                for r in range(p)])
+            for p, res in results.items() for run in res.timelines if run.schedule == Schedule.ONE_F_ONE_B]
 
 
 def rule_orders(p: int, m: int) -> list[list[tuple]]:
@@ -39,13 +45,13 @@ def rule_orders(p: int, m: int) -> list[list[tuple]]:
     return [[(a.kind, a.mb) for a in rank] for rank in schedule_order(Schedule.ONE_F_ONE_B, p, m)]
 
 
-def check_order(fn, results: dict[int, dict]) -> Outcome:
+def check_order(fn, results: dict[int, DepthRun]) -> Outcome:
     """Your order for every rank of every 1F1B run torch made here, and two runs with fewer micro-batches than
     stages (which torch's Schedule1F1B refuses) against the rule."""
     if is_stub(fn):
         return Outcome("not written", NOT_WRITTEN)
-    measured = torch_orders(results)
-    cases = [(f"p = {p}, m = {m} (torch's run)", p, m, orders) for (p, m), orders in sorted(measured.items())]
+    measured = sorted(torch_orders(results), key=lambda run: (run.p, run.m))
+    cases = [(f"p = {run.p}, m = {run.m} (torch's run)", run.p, run.m, run.orders) for run in measured]
     cases += [(f"p = {p}, m = {m} (fewer micro-batches than stages)", p, m, rule_orders(p, m)) for p, m in ((4, 2),
                                                                                                             (3, 1))]
     results_ = []

@@ -11,21 +11,22 @@ from labtools.plan import bubble_fraction, pipeline_efficiency
 from labtools.widgets import Exercise, Panel, RunCache, answer_check
 from lessons.pipeline_parallel import Settings, ranks
 from lessons.pipeline_parallel.bubble import measured, timeline_figure
+from lessons.pipeline_parallel.launches import DepthRun
 from lessons.pipeline_parallel.ranks import runs_at
 
 
-def measured_panel(S: Settings, results: dict[int, dict]) -> tuple[Panel, RunCache]:
+def measured_panel(S: Settings, results: dict[int, DepthRun]) -> tuple[Panel, RunCache]:
     """p, schedule, m → the measured (simulated-compute) timeline: from this notebook's runs, or a short launch."""
     runs = measured(results)
 
     def launch_one(p, schedule, m):
         res = launch(ranks.timelines, p, replace(S, schedules=(schedule,), micro_batches=(m,)),
                      desc=f"{schedule} × {p}, m = {m}", timeout_s=None)
-        return res[0]["timelines"][0]["intervals"]  # the one run asked for
+        return res[0].timelines[0].intervals  # the one run asked for
 
     cache = RunCache(launch_one)
-    for (p, s, m), iv in runs.items():
-        cache.store[cache.key(dict(p=p, schedule=s, m=m))] = iv
+    for run in runs:
+        cache.store[cache.key(dict(p=run.p, schedule=run.schedule, m=run.m))] = run.intervals
 
     def draw(p, schedule, m):
         schedule = Schedule(schedule)  # the control holds the plain name (its starting value prints as one)

@@ -6,10 +6,12 @@ Launched from notebooks/09_pipeline_parallel.ipynb through lessons/pipeline_para
     $ python -m labtools.parallel make-job lessons.pipeline_parallel.ranks:parity '{"m": 4}' --run-dir RUN
     $ torchrun --standalone --nproc-per-node 4 -m labtools.parallel.worker RUN/job.json
 
-One rank per stage (p = world size); interleaved schedules put v stages on each rank. `single_process_losses`
-runs in the launching process: the reference a pipeline's training is compared with.
+One rank per stage (p = world size); interleaved schedules put v stages on each rank. Each function returns a
+dataclass defined beside it (`lesson_run` a PipelineRun holding them all). `single_process_losses` runs in the
+launching process: the reference a pipeline's training is compared with.
 """
 
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -65,7 +67,24 @@ def _run(job: Settings, schedule: Schedule, m: int, X, Y, timer: ActionTimer | N
     return stages, [st.stage_index for st in local], step_torch(sched, local, X, Y)
 
 
-def parity(job: Settings) -> dict:
+@dataclass(frozen=True)
+class ScheduleParity:
+    """One schedule's gradients on this rank against one process's, or why it could not run on this backend."""
+    ran: bool
+    max_grad_diff: float | None = None  # max |Δ gradient| over this rank's stages' parameters (None: did not run)
+    loss: float | None = None           # the batch's mean loss, on the rank holding the last stage (else None)
+    stages: tuple[int, ...] = ()        # the stages this rank held
+    error: str | None = None            # the exception, where it did not run
+
+
+@dataclass(frozen=True)
+class ParityResult:
+    """Every schedule of PARITY_SCHEDULES on this rank, against one process on the same batch."""
+    schedules: dict[Schedule, ScheduleParity]
+    reference_loss: float  # one process's loss on the whole batch
+
+
+def parity(job: Settings) -> ParityResult:
     """Every schedule's gradients (this rank's stages) against one process on the same batch, at m = job.m.
     A schedule that fails on this backend is reported, not fatal."""
     check_pipeline(job.n_layer, world_size(), job.m, job.v)
@@ -74,20 +93,19 @@ def parity(job: Settings) -> dict:
     _, ref_loss = reference(X, Y)
     ref_loss.backward()
     ref = {id(p): p.grad for p in reference.parameters()}
-    out = {}
+    out: dict[Schedule, ScheduleParity] = {}
     for i, schedule in enumerate(PARITY_SCHEDULES):
         model = _model(job)
         pairs = dict(zip((id(p) for p in model.parameters()), (id(p) for p in reference.parameters())))
         try:
             stages, ids, loss = _run(job, schedule, job.m, X, Y, None, model)
             diff = max((p.grad - ref[pairs[id(p)]]).abs().max().item() for p in _own_params(stages, ids))
-            out[schedule] = {"ran": True, "max_grad_diff": diff, "loss": loss, "stages": ids}
+            out[schedule] = ScheduleParity(ran=True, max_grad_diff=diff, loss=loss, stages=tuple(ids))
         except Exception as e:  # noqa: BLE001 - "say which ran": a schedule this backend cannot run is a finding
-            out[schedule] = {"ran": False, "error": f"{type(e).__name__}: {e}"}
+            out[schedule] = ScheduleParity(ran=False, error=f"{type(e).__name__}: {e}")
         dist.barrier()
         report_progress(i + 1, len(PARITY_SCHEDULES), schedule)
-    out["reference_loss"] = ref_loss.item()
-    return out
+    return ParityResult(schedules=out, reference_loss=ref_loss.item())
 
 
 def runs_at(schedule: Schedule, p: int, m: int) -> bool:
@@ -101,7 +119,28 @@ def runs_at(schedule: Schedule, p: int, m: int) -> bool:
     return True
 
 
-def timelines(job: Settings) -> dict:
+@dataclass(frozen=True)
+class Timeline:
+    """One timed step of a schedule on p ranks with m micro-batches. intervals: every rank's actions as
+    labtools.pipeline draws and decomposes them ({row (rank), kind, mb, stage, label, start, end}, in ms from the
+    step's first action); pipeline_order: for the schedules torch runs from a list, each rank's list ("3F0": stage,
+    kind, micro-batch; None for an empty slot)."""
+    schedule: Schedule
+    p: int
+    m: int
+    intervals: list[dict]
+    pipeline_order: list[list[str | None]] | None = None
+
+
+@dataclass(frozen=True)
+class TimelinesResult:
+    """The timed steps of every schedule and m, gathered on rank 0."""
+    timelines: list[Timeline]  # rank 0's: every rank's intervals; empty on the other ranks
+    overruns: int              # this rank's actions whose real compute took longer than their simulated time
+    simulated: bool            # actions padded to simulated durations (False: real compute)
+
+
+def timelines(job: Settings) -> TimelinesResult:
     """For each schedule and m: one step after a warm-up step, every action timed; the intervals of all ranks
     gathered to rank 0 (ms from the step's first action, on the machine's monotonic clock), and for the schedules
     torch runs from a list of actions (interleaved, zero-bubble) that list ("3F0": stage, kind, micro-batch)."""
@@ -140,13 +179,24 @@ def timelines(job: Settings) -> dict:
         dist.all_gather_object(gathered, timer.intervals)
         intervals = [iv for ivs in gathered for iv in ivs]
         t0 = min(iv["start"] for iv in intervals)  # one clock (time.monotonic) on one machine: shift to the start
-        out.append({"schedule": schedule, "m": m, "pipeline_order": listed,
-                    "intervals": [dict(iv, start=iv["start"] - t0, end=iv["end"] - t0) for iv in intervals]})
+        out.append(Timeline(schedule=schedule, p=p, m=m, pipeline_order=listed,
+                            intervals=[dict(iv, start=iv["start"] - t0, end=iv["end"] - t0) for iv in intervals]))
         report_progress(i + 1, len(runs), f"{schedule}, m = {m}")
-    return {"timelines": out if rank() == 0 else [], "overruns": overruns, "simulated": job.simulate}
+    return TimelinesResult(timelines=out if rank() == 0 else [], overruns=overruns, simulated=job.simulate)
 
 
-def memory(job: Settings) -> dict:
+@dataclass(frozen=True)
+class MemoryResult:
+    """Activations this rank's stage held for backward, in bytes."""
+    per_micro_batch: int          # what one micro-batch through this rank's stage saves
+    peak: dict[Schedule, int]     # the most held at once during one step, for GPipe and 1F1B
+
+    def held(self, schedule: Schedule) -> float:
+        """The schedule's peak in micro-batches' worth."""
+        return self.peak[schedule] / self.per_micro_batch
+
+
+def memory(job: Settings) -> MemoryResult:
     """Peak bytes autograd holds for backward on this rank during a GPipe and a 1F1B step at m = job.m, and what
     one micro-batch through this rank's stage saves: the peak in micro-batches."""
     p, m = world_size(), job.m
@@ -158,7 +208,7 @@ def memory(job: Settings) -> dict:
         x = torch.randn(x.size(0), x.size(1), job.n_embd, device=X.device, requires_grad=True)
     fn = _LastWithLoss(stage, Y[: job.batch_size // m].clone()) if stage.is_last else stage
     per_mb = sum(t.nbytes for t in saved_activations(lambda: fn(x), exclude=list(model.parameters()))[0])
-    out = {"per_micro_batch": per_mb}
+    peak = {}
     for schedule in (Schedule.GPIPE, Schedule.ONE_F_ONE_B):
         model = _model(job)
         stages = gpt_stages(model, p)
@@ -168,8 +218,8 @@ def memory(job: Settings) -> dict:
         dist.barrier()
         with SavedTensorTracker(exclude=list(model.parameters())) as tracker:
             step_torch(sched, local, X, Y)
-        out[schedule] = tracker.peak
-    return out
+        peak[schedule] = tracker.peak
+    return MemoryResult(per_micro_batch=per_mb, peak=peak)
 
 
 class _LastWithLoss(torch.nn.Module):
@@ -183,7 +233,17 @@ class _LastWithLoss(torch.nn.Module):
         return pipeline_loss(self.stage(x), self.Y)
 
 
-def traffic(job: Settings) -> dict:
+@dataclass(frozen=True)
+class TrafficResult:
+    """Bytes one training step sends: a 1F1B pipeline step, and a DDP step of the whole model on the same ranks."""
+    pipeline_wire: int | None   # over the loopback interface, every process (None: no counter here, or NCCL)
+    pipeline_sent_counted: int  # the tensors this rank's stages handed to the backend to send
+    ddp_wire: int | None        # DDP's step over the loopback interface (None as above)
+    param_bytes: int            # the whole model's parameters
+    activation_bytes: int       # one micro-batch's activation, b·s·h·4
+
+
+def traffic(job: Settings) -> TrafficResult:
     """Bytes on the wire (loopback) for one 1F1B step at m = job.m, and for one DDP step of the whole model on the
     same ranks; with the bytes of the tensors each sends, counted from what torch's schedule passed to gloo."""
     p, m = world_size(), job.m
@@ -198,9 +258,9 @@ def traffic(job: Settings) -> dict:
     ddp(rank_rows(X), rank_rows(Y))[1].backward()  # warm-up: DDP builds its buckets
     with WireBytes() as ddp_wire:
         ddp(rank_rows(X), rank_rows(Y))[1].backward()
-    return {"pipeline_wire": wire.bytes, "pipeline_sent_counted": counted.bytes, "ddp_wire": ddp_wire.bytes,
-            "param_bytes": sum(q.numel() * q.element_size() for q in ddp.parameters()),
-            "activation_bytes": job.batch_size // m * job.block_size * job.n_embd * 4}
+    return TrafficResult(pipeline_wire=wire.bytes, pipeline_sent_counted=counted.bytes, ddp_wire=ddp_wire.bytes,
+                         param_bytes=sum(q.numel() * q.element_size() for q in ddp.parameters()),
+                         activation_bytes=job.batch_size // m * job.block_size * job.n_embd * 4)
 
 
 class _count_sends:
@@ -229,7 +289,13 @@ class _count_sends:
         return False
 
 
-def training(job: Settings) -> dict:
+@dataclass(frozen=True)
+class TrainingResult:
+    """1F1B training: the batch loss per AdamW step, as the last stage's rank computed it (every rank holds it)."""
+    losses: list[float]
+
+
+def training(job: Settings) -> TrainingResult:
     """job.train_steps AdamW steps of 1F1B at m = job.m; the batch loss per step (from the last stage's rank)."""
     p = world_size()
     model = _model(job)
@@ -248,7 +314,7 @@ def training(job: Settings) -> dict:
         dist.broadcast(t, src=p - 1)  # the last stage's rank has the loss
         losses.append(t.item())
         report_progress(step + 1, job.train_steps, "1F1B training")
-    return {"losses": losses}
+    return TrainingResult(losses=losses)
 
 
 def single_process_losses(job: Settings) -> list[float]:
@@ -267,13 +333,22 @@ def single_process_losses(job: Settings) -> list[float]:
     return losses
 
 
-def lesson_run(job: Settings) -> dict:
+@dataclass(frozen=True)
+class PipelineRun:
+    """Everything one rank measured at one pipeline depth (lesson_run)."""
+    parity: ParityResult
+    timelines: list[Timeline]  # as TimelinesResult's: rank 0 holds every rank's, the others none
+    overruns: int
+    simulated: bool
+    memory: MemoryResult
+    traffic: TrafficResult
+    training: TrainingResult | None  # None where job.train_steps is 0
+
+
+def lesson_run(job: Settings) -> PipelineRun:
     """Everything the lesson measures at one pipeline depth, in one launch: parity, timelines, memory, traffic and
     training."""
-    out = {"parity": parity(job)}
-    out.update(timelines(job))
-    out["memory"] = memory(job)
-    out["traffic"] = traffic(job)
-    if job.train_steps:
-        out.update(training(job))
-    return out
+    par = parity(job)
+    timed = timelines(job)
+    return PipelineRun(parity=par, timelines=timed.timelines, overruns=timed.overruns, simulated=timed.simulated,
+                       memory=memory(job), traffic=traffic(job), training=training(job) if job.train_steps else None)

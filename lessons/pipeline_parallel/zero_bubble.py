@@ -9,66 +9,60 @@ from labtools.pipeline import (LETTERS, Schedule, decompose, from_torch, idle_fr
                                simulate, split_backward)
 from labtools.plan import bubble_fraction
 from lessons.pipeline_parallel import Settings
+from lessons.pipeline_parallel.launches import DepthRun
+from lessons.pipeline_parallel.ranks import Timeline
 
 
-def runs_of(results: dict[int, dict], schedule: Schedule) -> dict[int, list[dict]]:
+def runs_of(results: dict[int, DepthRun], schedule: Schedule) -> dict[int, list[Timeline]]:
     """{p: the timed runs of one schedule} (rank 0 gathered them)."""
-    return {p: [run for run in r["ranks"][0]["timelines"] if run["schedule"] == schedule] for p, r in results.items()}
+    return {p: [run for run in r.timelines if run.schedule == schedule] for p, r in results.items()}
 
 
-def runs(results: dict[int, dict]) -> dict[int, dict]:
+def runs(results: dict[int, DepthRun]) -> dict[int, Timeline]:
     """{p: the timed ZBV run} at the m the lesson ran it."""
     return {p: rs[-1] for p, rs in runs_of(results, Schedule.ZBV).items() if rs}
 
 
-def listed(run: dict) -> list[list]:
+def listed(run: Timeline) -> list[list]:
     """Each rank's compute actions as torch listed them."""
-    return [from_torch(actions) for actions in run["pipeline_order"]]
+    return [from_torch(actions) for actions in run.pipeline_order]
 
 
-def timed(run: dict) -> list[list]:
+def timed(run: Timeline) -> list[list]:
     """Each rank's actions in the order its timer saw them run."""
-    rows = sorted({iv["row"] for iv in run["intervals"]})
-    return [[(LETTERS[iv["kind"]], iv["mb"], iv["stage"]) for iv in sorted(run["intervals"], key=lambda iv: iv["start"])
+    rows = sorted({iv["row"] for iv in run.intervals})
+    return [[(LETTERS[iv["kind"]], iv["mb"], iv["stage"]) for iv in sorted(run.intervals, key=lambda iv: iv["start"])
              if iv["row"] == r] for r in rows]
 
 
-def ran_as_listed(results: dict[int, dict]) -> dict[str, bool]:
-    """{"zbv, p = 4, m = 8": every rank ran torch's listed actions in their order} for each run with a list."""
-    out = {}
-    for p, r in results.items():
-        for run in r["ranks"][0]["timelines"]:
-            if run.get("pipeline_order"):
-                want = [[(a.kind, a.mb, a.stage) for a in rank] for rank in listed(run)]
-                out[f"{run['schedule']}, p = {p}, m = {run['m']}"] = timed(run) == want
-    return out
+def ran_as_listed(results: dict[int, DepthRun]) -> list[bool]:
+    """For each run with a list (ZBV, the interleaved schedules): whether every rank ran torch's listed actions in
+    their order."""
+    return [timed(run) == [[(a.kind, a.mb, a.stage) for a in rank] for rank in listed(run)]
+            for r in results.values() for run in r.timelines if run.pipeline_order]
 
 
-def lab_order_matches(results: dict[int, dict], v: int) -> dict[str, bool]:
-    """{"p = 4, m = 8": the lab's interleaved order (labtools.pipeline.schedule_order, section 1's panel) is the
-    list torch's ScheduleInterleaved1F1B ran} for each interleaved run."""
-    out = {}
-    for p, r in runs_of(results, Schedule.INTERLEAVED).items():
-        for run in r:
-            ours = [[(a.kind, a.mb, a.stage) for a in rank] for rank in schedule_order(Schedule.INTERLEAVED, p,
-                                                                                          run["m"], v)]
-            out[f"p = {p}, m = {run['m']}"] = ours == [[(a.kind, a.mb, a.stage) for a in rank] for rank in listed(run)]
-    return out
+def lab_order_matches(results: dict[int, DepthRun], v: int) -> list[bool]:
+    """For each interleaved run: whether the lab's interleaved order (labtools.pipeline.schedule_order, section 1's
+    panel) is the list torch's ScheduleInterleaved1F1B ran."""
+    return [[[(a.kind, a.mb, a.stage) for a in rank] for rank in schedule_order(Schedule.INTERLEAVED, p, run.m, v)]
+            == [[(a.kind, a.mb, a.stage) for a in rank] for rank in listed(run)]
+            for p, rs in runs_of(results, Schedule.INTERLEAVED).items() for run in rs]
 
 
-def figure(run: dict, p: int, S: Settings) -> go.Figure:
+def figure(run: Timeline, p: int, S: Settings) -> go.Figure:
     """Four timelines at the same p and m, in units of one stage's forward, F = I = W: 1F1B as the lab writes it,
     with each backward whole and then split (I first); torch's ZBV list played; the ranks' measured ZBV step
     (padded to the same durations)."""
-    m = run["m"]
+    m = run.m
     order = schedule_order(Schedule.ONE_F_ONE_B, p, m)
-    measured = [dict(iv, start=iv["start"] / S.t_f_ms, end=iv["end"] / S.t_f_ms) for iv in run["intervals"]]
+    measured = [dict(iv, start=iv["start"] / S.t_f_ms, end=iv["end"] / S.t_f_ms) for iv in run.intervals]
     parts = [("1F1B, each backward whole (B)", simulate(order, 1.0, 2.0)),
              ("1F1B, each backward split: I sent first, then W", simulate(split_backward(order), 1.0, 2.0)),
              ("ZBV, torch's list: I as soon as it can, W into the gaps", simulate(listed(run), 1.0, 2.0, v=2)),
              ("ZBV on the ranks, measured", measured)]
     titles = [f"{name}: idle {idle_fraction(iv):.0%}" for name, iv in parts[:3]]
-    titles.append(f"{parts[3][0]}: bubble {decompose(run['intervals'])['bubble']:.0%}")
+    titles.append(f"{parts[3][0]}: bubble {decompose(run.intervals)['bubble']:.0%}")
     fig = plots.subplots(4, 1, titles, title=f"Filling the bubble: p = {p} ranks, m = {m} micro-batches",
                          height=4 * (56 + 28 * p), shared_xaxes=True, vertical_spacing=0.07)
     shown = set()
@@ -84,36 +78,36 @@ def figure(run: dict, p: int, S: Settings) -> go.Figure:
     return fig
 
 
-def findings(ledger: Ledger, S: Settings, results: dict[int, dict]) -> Findings:
+def findings(ledger: Ledger, S: Settings, results: dict[int, DepthRun]) -> Findings:
     zb = runs(results)
     if not zb:
         return Findings(["This run timed no zero-bubble schedule (`zero_bubble=False`)."])
     p = max(zb)
-    run, m = zb[p], zb[p]["m"]
+    run, m = zb[p], zb[p].m
     plain = bubble_fraction(p, m)
-    meas = {q: decompose(r["intervals"])["bubble"] for q, r in zb.items()}
+    meas = {q: decompose(r.intervals)["bubble"] for q, r in zb.items()}
     sims = {q: idle_fraction(simulate(listed(r), 1.0, 2.0, v=2)) for q, r in zb.items()}  # F = I = W
     sim = sims[p]
     ledger.add("zbv_idle_computed", f"p = {p}, m = {m}: torch's ZBV list, played with F = I = W, idles less than "
                f"half of 1F1B's (p−1)/(m+p−1) = {plain:.1%} (the split backward fills the bubble with W)", sim,
                at_most(plain / 2), kind="computed")
     for q in sorted(zb):  # the deepest p is the headline; shallower ones repeat it, folded
-        ledger.add(f"zbv_bubble_{q}", f"p = {q}, m = {zb[q]['m']}, ZBV on the ranks, simulated compute: the measured "
+        ledger.add(f"zbv_bubble_{q}", f"p = {q}, m = {zb[q].m}, ZBV on the ranks, simulated compute: the measured "
                    f"bubble is within 0.05 of its list's played idle fraction ({sims[q]:.1%}), not 1F1B's "
-                   f"{bubble_fraction(q, zb[q]['m']):.1%}", meas[q], approx(sims[q], abs=0.05), kind="measured",
+                   f"{bubble_fraction(q, zb[q].m):.1%}", meas[q], approx(sims[q], abs=0.05), kind="measured",
                    detail=q != p)
     same = ran_as_listed(results)
     ledger.add("torch_lists_ran", f"every rank ran exactly the actions torch listed for it, in order ({len(same)} runs "
-               "of ZBV and the interleaved schedules): the picture is the schedule that ran", all(same.values())
-               and bool(same), is_true(), kind="measured", detail=True)
+               "of ZBV and the interleaved schedules): the picture is the schedule that ran", all(same) and bool(same),
+               is_true(), kind="measured", detail=True)
     ours = lab_order_matches(results, S.v)
     if ours:
         ledger.add("interleaved_order", f"the lab's interleaved order (section 1's panel) is the list torch's "
-                   f"ScheduleInterleaved1F1B ran, on every rank ({len(ours)} runs)", all(ours.values()), is_true(),
+                   f"ScheduleInterleaved1F1B ran, on every rank ({len(ours)} runs)", all(ours), is_true(),
                    kind="measured", detail=True)
     held = max(in_flight(listed(run))) / 2  # two chunks per rank: a chunk's activations are half a stage's
     split = idle_fraction(simulate(split_backward(schedule_order(Schedule.ONE_F_ONE_B, p, m))))
-    rows = "\n".join(f"| {q} | {zb[q]['m']} | {bubble_fraction(q, zb[q]['m']):.1%} | {sims[q]:.1%} | {meas[q]:.1%} |"
+    rows = "\n".join(f"| {q} | {zb[q].m} | {bubble_fraction(q, zb[q].m):.1%} | {sims[q]:.1%} | {meas[q]:.1%} |"
                       for q in sorted(zb))
     return Findings([
         f"Yes: once each backward is split into I and W, ZBV's list fills 1F1B's bubble with W. Played, it idles "
@@ -121,7 +115,7 @@ def findings(ledger: Ledger, S: Settings, results: dict[int, dict]) -> Findings:
         (f"On the ranks, ZBV's measured bubble was **{meas[p]:.1%}**, "
          + ("close to its list" if abs(meas[p] - sim) <= 0.05 else "more than its list's: on a busy machine a rank can "
             "wake late (rerun to see whether it holds)")
-         + (": the ranks ran exactly the actions torch listed, in order." if all(same.values()) else
+         + (": the ranks ran exactly the actions torch listed, in order." if all(same) else
             ", and some rank did not run the list as torch wrote it.")),
     ], [
         "| p | m | 1F1B's bubble | ZBV, played | ZBV, measured |\n|---|---|---|---|---|\n" + rows,
