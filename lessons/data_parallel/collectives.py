@@ -11,42 +11,43 @@ from labtools.parallel import launch
 from labtools.parallel.comm import ring_steps
 from labtools.widgets import Panel, slider
 from lessons.data_parallel import Settings, ranks
+from lessons.data_parallel.ranks import Collective, CollectivesResult
 
 # A cell holds a set of ranks: the ranks whose data it sums. None: the rank holds no data there.
 KINDS = {
-    "broadcast": "rank 0's tensor is copied to every rank",
-    "reduce": "the sum arrives on rank 0 only",
-    "all_reduce": "every rank ends with the sum",
-    "reduce_scatter": "the sum, cut in N chunks: rank r keeps chunk r",
-    "all_gather": "each rank's chunk r, gathered on every rank",
-    "all_to_all": "rank r's chunk i goes to rank i",
+    Collective.BROADCAST: "rank 0's tensor is copied to every rank",
+    Collective.REDUCE: "the sum arrives on rank 0 only",
+    Collective.ALL_REDUCE: "every rank ends with the sum",
+    Collective.REDUCE_SCATTER: "the sum, cut in N chunks: rank r keeps chunk r",
+    Collective.ALL_GATHER: "each rank's chunk r, gathered on every rank",
+    Collective.ALL_TO_ALL: "rank r's chunk i goes to rank i",
 }
-RING = "ring_all_reduce"
+RING = Collective.RING_ALL_REDUCE
 
 
-def before(kind: str, n: int) -> list[list]:
+def before(kind: Collective, n: int) -> list[list]:
     """Rank r's chunks before the collective."""
-    if kind == "broadcast":
+    if kind == Collective.BROADCAST:
         return [[{0} if r == 0 else None for _ in range(n)] for r in range(n)]
-    if kind == "all_gather":
+    if kind == Collective.ALL_GATHER:
         return [[{r} if c == r else None for c in range(n)] for r in range(n)]
     return [[{r} for _ in range(n)] for r in range(n)]
 
 
-def after(kind: str, n: int) -> list[list]:
+def after(kind: Collective, n: int) -> list[list]:
     """Rank r's chunks after the collective (the ring: after its last step)."""
     everyone = set(range(n))
-    if kind == "broadcast":
+    if kind == Collective.BROADCAST:
         return [[{0} for _ in range(n)] for _ in range(n)]
-    if kind == "reduce":
+    if kind == Collective.REDUCE:
         return [[set(everyone) for _ in range(n)] if r == 0 else [{r} for _ in range(n)] for r in range(n)]
-    if kind in ("all_reduce", RING):
+    if kind in (Collective.ALL_REDUCE, RING):
         return [[set(everyone) for _ in range(n)] for _ in range(n)]
-    if kind == "reduce_scatter":
+    if kind == Collective.REDUCE_SCATTER:
         return [[set(everyone) if c == r else None for c in range(n)] for r in range(n)]
-    if kind in ("all_gather", "all_to_all"):
+    if kind in (Collective.ALL_GATHER, Collective.ALL_TO_ALL):
         return [[{c} for c in range(n)] for _ in range(n)]
-    raise ValueError(f"collective must be one of {[*KINDS, RING]}, got {kind!r}")
+    raise ValueError(f"collective must be one of {[str(k) for k in (*KINDS, RING)]}, got {kind!r}")
 
 
 def ring_states(n: int) -> list[list[list]]:
@@ -98,7 +99,7 @@ def panel(S: Settings) -> Panel:
                                  f"each rank sent {s} of {len(states) - 1} chunks")
 
     controls = {
-        "kind": W.Dropdown(options=[("ring all-reduce, step by step", RING)] + [(k, k) for k in KINDS], value=RING,
+        "kind": W.Dropdown(options=[("ring all-reduce, step by step", RING)] + [(str(k), k) for k in KINDS], value=RING,
                            description="collective"),
         "n": slider(max(S.world_sizes), 2, 6, 1, description="ranks N"),
         "step": slider(0, 0, 10, 1, description="step"),
@@ -106,7 +107,7 @@ def panel(S: Settings) -> Panel:
     return Panel(draw, controls, title="Who holds what: each cell is a chunk, its label the ranks it sums")
 
 
-def run(S: Settings) -> list[dict]:
+def run(S: Settings) -> list[CollectivesResult]:
     """Every collective once on max(S.world_sizes) gloo ranks: what each rank held afterwards."""
     return launch(ranks.collectives, max(S.world_sizes), None, backend="gloo", desc="collectives")
 
@@ -115,11 +116,11 @@ def _as_sets(masks: list) -> list:
     return [None if m is None else {r for r in range(m.bit_length()) if m >> r & 1} for m in masks]
 
 
-def findings(ledger: Ledger, res: list[dict]) -> Findings:
+def findings(ledger: Ledger, res: list[CollectivesResult]) -> Findings:
     n = len(res)
     agree = {}
     for kind in [*KINDS, RING]:
-        real = [_as_sets(r[kind]) for r in res]
+        real = [_as_sets(r.held[kind]) for r in res]
         pictured = ring_states(n)[-1] if kind == RING else after(kind, n)  # the ring: its stepped picture's end
         agree[kind] = real == pictured
         ledger.add(f"picture_{kind}", f"{kind}: the picture's 'after' is what {n} real gloo ranks held (every rank, "

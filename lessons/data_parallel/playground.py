@@ -9,28 +9,29 @@ from labtools import plots
 from labtools.parallel import launch
 from labtools.widgets import Panel, RunCache, options_with
 from lessons.data_parallel import TIMEOUT_S, Settings, ranks
+from lessons.data_parallel.ranks import AccumulationResult, PanelRun
 
 
-def ddp_panel(S: Settings, acc: list[dict] | None = None) -> tuple[Panel, RunCache]:
+def ddp_panel(S: Settings, acc: list[AccumulationResult] | None = None) -> tuple[Panel, RunCache]:
     """World size, accumulation and bucket size → a DDP run (a real launch, cached). Starts at the notebook's
     own accumulation and bucket size, on the world size of its accumulation run; `acc`, that run's ranks, holds the
     panel's run of this first setting, so the panel opens without a launch of its own."""
-    def run(world, accum_k, bucket_cap_mb):
+    def run(world, accum_k, bucket_cap_mb) -> PanelRun:
         res = launch(ranks.panel_run, world, ranks.panel_job(S, accum_k, bucket_cap_mb),
                      desc=f"DDP × {world}, G={accum_k}", timeout_s=TIMEOUT_S)
         return res[0]
 
     cache = RunCache(run)
     if acc is not None:
-        cache.put(acc[0]["panel"], world=len(acc), accum_k=S.accum_k, bucket_cap_mb=S.bucket_cap_mb)
+        cache.put(acc[0].panel, world=len(acc), accum_k=S.accum_k, bucket_cap_mb=S.bucket_cap_mb)
 
     def draw(world, accum_k, bucket_cap_mb):
         r = cache(world=world, accum_k=accum_k, bucket_cap_mb=bucket_cap_mb)
-        fig = plots.subplots(1, 2, (f"loss ({r['tokens_per_step']:,} tokens/step = {S.batch_size} seq × "
+        fig = plots.subplots(1, 2, (f"loss ({r.tokens_per_step:,} tokens/step = {S.batch_size} seq × "
                                     f"{S.block_size} × {world} ranks × {accum_k})", "all-reduce calls per step"),
-                             title=f"median {statistics.median(r['seconds']) * 1e3:.0f} ms per step")
-        fig.add_trace(go.Scatter(y=r["losses"], mode="lines+markers", showlegend=False), row=1, col=1)
-        fig.add_trace(go.Bar(y=r["allreduce_calls"], showlegend=False, marker_color=plots.color(1)), row=1, col=2)
+                             title=f"median {statistics.median(r.seconds) * 1e3:.0f} ms per step")
+        fig.add_trace(go.Scatter(y=r.losses, mode="lines+markers", showlegend=False), row=1, col=1)
+        fig.add_trace(go.Bar(y=r.allreduce_calls, showlegend=False, marker_color=plots.color(1)), row=1, col=2)
         return fig
 
     controls = {

@@ -17,6 +17,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from labtools.exercises import load_function, where_it_failed
+from labtools.keys import Key
 from labtools.optim import param_groups
 from labtools.parallel.comm import DDPCommCounter, WireBytes, ring_all_reduce
 from labtools.parallel.toolkit import (accumulate, build_gpt, global_batch, mean_over_ranks, rank, rank_rows,
@@ -51,7 +52,37 @@ def _grads(model: torch.nn.Module) -> list[torch.Tensor]:
 WIRE_REPEATS = 5
 
 
-def equivalence(job: Settings) -> dict:
+class Sent(Key):
+    """What the equivalence run sends WIRE_REPEATS times while the loopback interface's bytes are counted."""
+    RING = "ring"              # the written-out ring all-reduce
+    ALL_REDUCE = "all_reduce"  # dist.all_reduce
+    DDP_STEP = "ddp_step"      # a DDP backward: its bucketed all-reduces
+
+
+@dataclass(frozen=True)
+class DDPRun:
+    """job.steps AdamW steps of DDP: the global loss per step, and DDP's gradient against one process's at a few."""
+    losses: list[float]
+    grad_diffs: dict[int, float]  # step (from 0) -> max |DDP's gradient − one process's| ÷ its largest entry
+
+
+@dataclass(frozen=True)
+class EquivalenceResult:
+    """One rank of the equivalence run: its gradients against one process's on the whole batch, the written-out ring
+    against dist.all_reduce, what they sent, and a DDP training run."""
+    naive_max_diff: float       # max |Δg|: the all-reduce written out vs one process
+    ddp_max_diff: float         # max |Δg|: DDP vs one process
+    ring_max_diff: float        # max |Δ|: the written-out ring vs dist.all_reduce
+    ring_bytes_sent: int        # bytes this rank handed to the ring
+    ring_bytes_formula: float   # 2(N−1)/N × the bytes all-reduced
+    grad_bytes: int             # the model's gradient, in bytes
+    ddp_allreduce_bytes: int    # bytes DDP's buckets all-reduced in one backward
+    ddp_buckets: int            # buckets all-reduced in that backward
+    ddp_run: DDPRun
+    wire: dict[Sent, float] | None  # bytes on the loopback interface per repetition, all ranks; None: not measurable
+
+
+def equivalence(job: Settings) -> EquivalenceResult:
     """N ranks × batch B against one process × batch N·B: gradients (naive all-reduce and DDP), the ring
     all-reduce against dist.all_reduce, and job.steps AdamW steps of DDP (the global loss per step)."""
     N = world_size()
@@ -86,20 +117,20 @@ def equivalence(job: Settings) -> dict:
     with WireBytes() as ddp_wire:
         for _ in range(WIRE_REPEATS):
             ddp(rank_rows(X), rank_rows(Y))[1].backward()
-    wire = {"ring": ring_wire.bytes, "all_reduce": torch_wire.bytes, "ddp_step": ddp_wire.bytes}
-    grad_bytes = sum(p.numel() * p.element_size() for p in ddp.parameters())
-    return {"naive_max_diff": _max_diff(_grads(naive), ref_grads), "ddp_max_diff": _max_diff(grads, ref_grads),
-            "ring_max_diff": (ring - torch_sum).abs().max().item(), "ring_bytes_sent": sent,
-            "ring_bytes_formula": collective_bytes("all_reduce", local.numel() * local.element_size(), N),
-            "grad_bytes": grad_bytes,
-            "ddp_allreduce_bytes": ddp_bytes, "ddp_buckets": ddp_buckets, "ddp_run": _train_ddp(job),
-            "wire": {k: None if v is None else v / WIRE_REPEATS for k, v in wire.items()}}
+    wire = {Sent.RING: ring_wire.bytes, Sent.ALL_REDUCE: torch_wire.bytes, Sent.DDP_STEP: ddp_wire.bytes}
+    return EquivalenceResult(
+        naive_max_diff=_max_diff(_grads(naive), ref_grads), ddp_max_diff=_max_diff(grads, ref_grads),
+        ring_max_diff=(ring - torch_sum).abs().max().item(), ring_bytes_sent=sent,
+        ring_bytes_formula=collective_bytes("all_reduce", local.numel() * local.element_size(), N),
+        grad_bytes=sum(p.numel() * p.element_size() for p in ddp.parameters()),
+        ddp_allreduce_bytes=ddp_bytes, ddp_buckets=ddp_buckets, ddp_run=_train_ddp(job),
+        wire=None if None in wire.values() else {k: v / WIRE_REPEATS for k, v in wire.items()})
 
 
 TRAJECTORY_CHECKS = 4  # steps of the DDP run at which its gradients are compared with one process's
 
 
-def _train_ddp(job: Settings) -> dict:
+def _train_ddp(job: Settings) -> DDPRun:
     """job.steps AdamW steps with DDP, each rank on its rows of the same global batches: the global loss per step,
     and at TRAJECTORY_CHECKS steps spread over the run the largest difference between DDP's gradient and the
     gradient one process computes on the whole batch at the same weights, relative to that gradient's largest entry
@@ -124,7 +155,7 @@ def _train_ddp(job: Settings) -> dict:
         opt.zero_grad(set_to_none=True)
         losses.append(mean_over_ranks(loss))
         report_progress(step + 1, job.steps, "DDP")
-    return {"losses": losses, "grad_diffs": grad_diffs}
+    return DDPRun(losses=losses, grad_diffs=grad_diffs)
 
 
 def single_process_losses(job: Settings, world: int, micro_batches: int = 1) -> list[float]:
@@ -140,7 +171,50 @@ def single_process_losses(job: Settings, world: int, micro_batches: int = 1) -> 
     return losses
 
 
-def accumulation(job: Settings) -> dict:
+class Accumulate(Key):
+    """How the accumulation experiment runs G micro-batches through DDP."""
+    NO_SYNC = "no_sync"                                # no_sync() on the first G − 1, each loss ÷ G
+    SYNC_EVERY_MICRO_BATCH = "sync_every_micro_batch"  # no no_sync(): an all-reduce after every micro-batch
+    SUM_BUG = "no_sync_sum_bug"                        # no_sync(), but the losses not divided by G
+
+
+@dataclass(frozen=True)
+class AccumulatedGrads:
+    """One way of accumulating: what DDP all-reduced, and the gradient against one process on the whole batch."""
+    allreduce_calls: int
+    allreduce_bytes: int
+    max_diff: float    # max |Δg| against one process
+    norm_ratio: float  # ‖g‖ ÷ ‖one process's g‖
+
+
+@dataclass(frozen=True)
+class BucketCount:
+    """DDP's buckets in one backward (after it rebuilt them) at one bucket_cap_mb."""
+    cap_mb: float
+    buckets: int             # buckets all-reduced
+    bucket_bytes: list[int]  # each bucket's bytes, in the order they were all-reduced
+
+
+@dataclass(frozen=True)
+class PanelRun:
+    """The panel's DDP run: per step, the global loss, DDP's all-reduces and the seconds it took."""
+    losses: list[float]
+    allreduce_calls: list[int]
+    seconds: list[float]
+    tokens_per_step: int  # N ranks × batch × G micro-batches × block size
+
+
+@dataclass(frozen=True)
+class AccumulationResult:
+    """One rank of the accumulation run: each way of accumulating, DDP's buckets per bucket size (in
+    job.bucket_caps_mb's order), and the panel's first run."""
+    accumulated: dict[Accumulate, AccumulatedGrads]
+    buckets: list[BucketCount]
+    grad_bytes: int  # the model's gradient, in bytes
+    panel: PanelRun
+
+
+def accumulation(job: Settings) -> AccumulationResult:
     """Gradient accumulation under DDP: all-reduces per step with and without no_sync(), the gradient with the
     right and the wrong loss normalisation, buckets per step for several bucket_cap_mb, and the panel's run at the
     job's accumulation and bucket size."""
@@ -153,17 +227,17 @@ def accumulation(job: Settings) -> dict:
     ref_grads = _grads(reference)
     ref_norm = torch.linalg.vector_norm(torch.cat([g.flatten() for g in ref_grads])).item()
 
-    out = {}
-    for name, no_sync, normalize in (("no_sync", True, True), ("sync_every_micro_batch", False, True),
-                                     ("no_sync_sum_bug", True, False)):
+    accumulated = {}
+    for name, no_sync, normalize in ((Accumulate.NO_SYNC, True, True), (Accumulate.SYNC_EVERY_MICRO_BATCH, False, True),
+                                     (Accumulate.SUM_BUG, True, False)):
         counter = DDPCommCounter()
         model = DDP(build_gpt(job))
         model.register_comm_hook(None, counter.hook)
         accumulate(model, micro, normalize=normalize, no_sync=no_sync)
         norm = torch.linalg.vector_norm(torch.cat([g.flatten() for g in _grads(model)])).item()
-        out[name] = {"allreduce_calls": counter.calls, "allreduce_bytes": counter.bytes,
-                     "max_diff": _max_diff(_grads(model), ref_grads), "norm_ratio": norm / ref_norm}
-    buckets = {}
+        accumulated[name] = AccumulatedGrads(allreduce_calls=counter.calls, allreduce_bytes=counter.bytes,
+                                             max_diff=_max_diff(_grads(model), ref_grads), norm_ratio=norm / ref_norm)
+    buckets = []
     for cap in job.bucket_caps_mb:
         counter = DDPCommCounter()
         model = DDP(build_gpt(job), bucket_cap_mb=cap)
@@ -171,12 +245,11 @@ def accumulation(job: Settings) -> dict:
         for _ in range(2):  # DDP re-builds its buckets after the first backward: count the second
             counter.reset()
             model(*micro[0])[1].backward()
-        buckets[str(cap)] = {"buckets": counter.calls, "bucket_bytes": counter.bucket_bytes}
-    out["buckets"] = buckets
-    out["grad_bytes"] = sum(g.numel() * g.element_size() for g in ref_grads)
+        buckets.append(BucketCount(cap_mb=cap, buckets=counter.calls, bucket_bytes=counter.bucket_bytes))
     # the panel's first setting, run here: the notebook's panel then opens without a launch of its own
-    out["panel"] = panel_run(panel_job(job, job.accum_k, job.bucket_cap_mb))
-    return out
+    return AccumulationResult(accumulated=accumulated, buckets=buckets,
+                              grad_bytes=sum(g.numel() * g.element_size() for g in ref_grads),
+                              panel=panel_run(panel_job(job, job.accum_k, job.bucket_cap_mb)))
 
 
 def panel_job(job: Settings, accum_k: int, bucket_cap_mb: float) -> Settings:
@@ -184,7 +257,7 @@ def panel_job(job: Settings, accum_k: int, bucket_cap_mb: float) -> Settings:
     return replace(job, accum_k=accum_k, bucket_cap_mb=bucket_cap_mb, steps=max(5, job.steps // 2))
 
 
-def panel_run(job: Settings) -> dict:
+def panel_run(job: Settings) -> PanelRun:
     """The panel's run: DDP with accumulation (no_sync) and a bucket size; loss, all-reduces and time per step."""
     N, k = world_size(), job.accum_k
     model = DDP(build_gpt(job), bucket_cap_mb=job.bucket_cap_mb)
@@ -201,8 +274,8 @@ def panel_run(job: Settings) -> dict:
         calls.append(counter.calls)
         seconds.append(time.perf_counter() - t0)
         report_progress(step + 1, job.steps)
-    return {"losses": losses, "allreduce_calls": calls, "seconds": seconds,
-            "tokens_per_step": N * job.batch_size * k * job.block_size}
+    return PanelRun(losses=losses, allreduce_calls=calls, seconds=seconds,
+                    tokens_per_step=N * job.batch_size * k * job.block_size)
 
 
 # --- your ring, on real ranks (the exercise of section 2) -----------------------------------------------------
@@ -214,6 +287,23 @@ class RingExercise:
     source: str = ""
     name: str = "my_ring_all_reduce"
     sizes: tuple[int, ...] = (12, 7, 2)
+
+
+@dataclass(frozen=True)
+class RingCase:
+    """One case of the learner's ring on one rank: a tensor size, or the cell itself when it does not compile."""
+    case: str
+    bytes: int | None = None         # the tensor's bytes (M)
+    difference: float | None = None  # max |Δ| against dist.all_reduce; None when it raised
+    sent: int | None = None          # bytes this rank sent through exchange()
+    hint: str = ""
+    error: str = ""                  # the learner's line that raised, if one did
+
+
+@dataclass(frozen=True)
+class RingExerciseResult:
+    """One rank's cases, in order; the first that raised is the last."""
+    cases: list[RingCase]
 
 
 class _ExerciseDist:
@@ -234,7 +324,7 @@ def _ring_hint(x: torch.Tensor, want: torch.Tensor, n: int) -> str:
             "(r − s − 1) mod n; check which chunk you send and where the incoming one goes")
 
 
-def ring_exercise(job: RingExercise) -> dict:
+def ring_exercise(job: RingExercise) -> RingExerciseResult:
     """Run the learner's ring on a tensor of each size (every rank's values differ) against dist.all_reduce, and
     count the bytes it sent through exchange(). Each rank reports its own cases."""
     n, r = world_size(), rank()
@@ -252,54 +342,71 @@ def ring_exercise(job: RingExercise) -> dict:
     try:
         fn = load_function(job.source, job.name, {"torch": torch, "dist": _ExerciseDist()})
     except Exception as e:  # noqa: BLE001 - the learner's cell does not compile: say so, on every rank alike
-        return {"results": [{"case": "your cell", "error": where_it_failed(e, f"<your {job.name}>")}]}
-    results = []
+        return RingExerciseResult([RingCase("your cell", error=where_it_failed(e, f"<your {job.name}>"))])
+    cases = []
     for size in job.sizes:
         x = torch.arange(size, dtype=torch.float32) * (r + 1) + r  # different on every rank
         want = x.clone()
         dist.all_reduce(want)
         sent = 0
-        case = {"case": f"{size} elements on {n} ranks", "bytes": x.numel() * x.element_size()}
+        case = RingCase(f"{size} elements on {n} ranks", bytes=x.numel() * x.element_size())
         try:
             fn(x, exchange)
         except Exception as e:  # noqa: BLE001 - reported as the learner's line, not a traceback
-            results.append(case | {"error": where_it_failed(e, f"<your {job.name}>")})
+            cases.append(replace(case, error=where_it_failed(e, f"<your {job.name}>")))
             break  # the peers may now wait for this rank: the launch's collective timeout ends them
         diff = (x - want).abs().max().item() if size else 0.0
-        results.append(case | {"difference": diff, "sent": sent, "hint": _ring_hint(x, want, n) if diff else ""})
-    return {"results": results}
+        cases.append(replace(case, difference=diff, sent=sent, hint=_ring_hint(x, want, n) if diff else ""))
+    return RingExerciseResult(cases)
 
 
 # --- the collectives primer: each collective's "after", from real ranks ------------------------------------------
 
 
-def collectives() -> dict:
+class Collective(Key):
+    """A collective of the primer (the value is torch.distributed's name; the ring is labtools' written-out one)."""
+    BROADCAST = "broadcast"
+    REDUCE = "reduce"
+    ALL_REDUCE = "all_reduce"
+    RING_ALL_REDUCE = "ring_all_reduce"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_GATHER = "all_gather"
+    ALL_TO_ALL = "all_to_all"
+
+
+@dataclass(frozen=True)
+class CollectivesResult:
+    """What one rank held after each collective: its chunks, each the bitmask of the ranks whose values it sums
+    (None where the rank holds no data)."""
+    held: dict[Collective, list[int | None]]
+
+
+def collectives() -> CollectivesResult:
     """Each collective on N chunks of one element per rank, rank r's values 2^r (exact in float64), so a value
-    is the bitmask of the ranks it sums; {kind: this rank's chunks afterwards as bitmasks, None where it holds no
-    data}. The ring is labtools' written-out one; the rest are torch.distributed's."""
+    is the bitmask of the ranks it sums. The ring is labtools' written-out one; the rest are torch.distributed's."""
     n, r, chunk = world_size(), rank(), 1
     mine = lambda: torch.full((n * chunk,), float(2 ** r), dtype=torch.float64)  # noqa: E731 - a fresh copy each
     masks = lambda t: [int(c[0].item()) for c in t.view(n, chunk)]  # noqa: E731 - one value per chunk
-    out = {}
+    C, out = Collective, {}
     x = mine() if r == 0 else torch.zeros(n * chunk, dtype=torch.float64)
     dist.broadcast(x, src=0)
-    out["broadcast"] = masks(x)
+    out[C.BROADCAST] = masks(x)
     x = mine()
     dist.reduce(x, dst=0)
-    out["reduce"] = masks(x) if r == 0 else masks(mine())  # the root's result; the others keep their input
+    out[C.REDUCE] = masks(x) if r == 0 else masks(mine())  # the root's result; the others keep their input
     x = mine()
     dist.all_reduce(x)
-    out["all_reduce"] = masks(x)
+    out[C.ALL_REDUCE] = masks(x)
     x = mine()
     ring_all_reduce(x)
-    out["ring_all_reduce"] = masks(x)
+    out[C.RING_ALL_REDUCE] = masks(x)
     mine_chunk = torch.empty(chunk, dtype=torch.float64)
     dist.reduce_scatter_tensor(mine_chunk, mine())
-    out["reduce_scatter"] = [int(mine_chunk[0].item()) if c == r else None for c in range(n)]
+    out[C.REDUCE_SCATTER] = [int(mine_chunk[0].item()) if c == r else None for c in range(n)]
     x = torch.empty(n * chunk, dtype=torch.float64)
     dist.all_gather_into_tensor(x, mine()[r * chunk:(r + 1) * chunk])
-    out["all_gather"] = masks(x)
+    out[C.ALL_GATHER] = masks(x)
     x = torch.empty(n * chunk, dtype=torch.float64)
     dist.all_to_all_single(x, mine())
-    out["all_to_all"] = masks(x)
-    return out
+    out[C.ALL_TO_ALL] = masks(x)
+    return CollectivesResult(out)

@@ -1,5 +1,6 @@
 """Lesson 07, your turn: write the ring all-reduce and run it on real ranks, checked against dist.all_reduce."""
 
+import dataclasses
 import html
 import inspect
 import re
@@ -10,7 +11,7 @@ from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, source_of
 from labtools.parallel import RankFailed, launch
 from labtools.plan import collective_bytes
 from lessons.data_parallel import Settings, ranks
-from lessons.data_parallel.ranks import RingExercise
+from lessons.data_parallel.ranks import RingCase, RingExercise
 
 COLLECTIVE_TIMEOUT_S = 20  # a ring whose ranks disagree waits for a message that never comes: end it soon
 
@@ -42,19 +43,20 @@ def check(fn, S: Settings) -> Outcome:
         except RankFailed as e:
             return Outcome("fail", f"on {world} ranks the run stopped: {e.error.splitlines()[0][:200]} — hint: every "
                                    "rank must call exchange() the same number of times, 2(n − 1), in the same order")
-        per_case = [max((r["results"][i] for r in res), key=_badness) for i in range(len(res[0]["results"]))]
-        verdict = outcome(per_case, tol=1e-6, what="your ring", reference=f"dist.all_reduce on {world} ranks")
+        per_case = [max((r.cases[i] for r in res), key=_badness) for i in range(len(res[0].cases))]
+        verdict = outcome([dataclasses.asdict(c) for c in per_case], tol=1e-6, what="your ring",
+                          reference=f"dist.all_reduce on {world} ranks")
         if not verdict.passed:
             return verdict
-        sent += [(world, per_case[0]["sent"], per_case[0]["bytes"])]
+        sent += [(world, per_case[0].sent, per_case[0].bytes)]
     bytes_note = "; ".join(f"N = {n}: {b:,} bytes sent per rank for {m:,} (2(N−1)/N · M = "
                            f"{collective_bytes('all_reduce', m, n):,.0f})" for n, b, m in sent)
     return Outcome("pass", f"your ring matches dist.all_reduce on {len(S.exercise_worlds)} launch(es) × "
                            f"{len(job.sizes)} tensor sizes ({bytes_note})", 0.0)
 
 
-def _badness(result: dict) -> float:
-    return float("inf") if result.get("error") else result["difference"]
+def _badness(case: RingCase) -> float:
+    return float("inf") if case.error else case.difference
 
 
 def solution_source() -> str:
