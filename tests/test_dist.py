@@ -53,11 +53,13 @@ def no_orphans(session_run_root):
 
 def test_results_come_back_in_rank_order_with_backend():
     results = launch(checks.hello, 3, show_progress=False)
-    assert [r["dist"]["rank"] for r in results] == [0, 1, 2]
-    assert all(r["sum"] == 3.0 and r["dist"]["backend"] == "gloo" and r["dist"]["device"] == "cpu" for r in results)
-    assert all(r["threads"] == 1 for r in results)
-    assert len({r["pid"] for r in results}) == 3
-    assert len({r["dist"]["run_id"] for r in results}) == 1
+    assert all(isinstance(r, checks.Hello) for r in results)
+    assert [d.rank for d in results.dist] == [0, 1, 2]
+    assert all(r.sum == 3.0 for r in results)
+    assert all(d.backend == "gloo" and d.device == "cpu" and d.world_size == 3 for d in results.dist)
+    assert all(r.threads == 1 for r in results)
+    assert len({r.pid for r in results}) == 3
+    assert len({d.run_id for d in results.dist}) == 1
 
 
 def test_a_failing_rank_is_named_with_its_traceback_within_seconds():
@@ -88,7 +90,7 @@ def test_a_hung_collective_hits_the_process_group_timeout():
 
 def test_ranks_finishing_further_apart_than_the_collective_timeout_still_return():
     results = launch(checks.finish_apart, 2, Fault(rank=1, sleep_s=4), collective_timeout_s=2, show_progress=False)
-    assert [r["rank"] for r in results] == [0, 1]
+    assert [r.rank for r in results] == [0, 1]
 
 
 def test_overall_timeout_stops_every_process():
@@ -185,7 +187,7 @@ def test_consecutive_ddp_launches_all_succeed():
     DDP launch of the suite (lessons 07, 08, 11, 12, the rank tests) would fail on it too."""
     for i in range(2):
         results = launch(checks.ddp_tiny, 2, show_progress=False)
-        assert results[0]["grad_norm"] == results[1]["grad_norm"] > 0, f"launch {i}"
+        assert results[0].grad_norm == results[1].grad_norm > 0, f"launch {i}"
 
 
 def _notebook_function():

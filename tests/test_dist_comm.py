@@ -12,8 +12,9 @@ def test_ring_all_reduce_matches_torch(world):
     sizes = [1, 7, 64, 1001]
     results = launch(ring_parity, world, Sizes(tuple(sizes)), show_progress=False)
     for r in results:
+        assert list(r.by_size) == sizes
         for n in sizes:
-            assert r[str(n)]["max_diff"] <= 1e-5, (world, n)
+            assert r.by_size[n].max_diff <= 1e-5, (world, n)
     for n in sizes:  # every rank together sends 2(N-1) · M bytes; unequal chunks spread it unevenly
-        total = sum(r[str(n)]["sent"] for r in results)
+        total = sum(r.by_size[n].sent for r in results)
         assert total == pytest.approx(world * collective_bytes("all_reduce", 4 * n, world))
