@@ -316,7 +316,12 @@ def _shard_like(sizes, worlds=(2, 4)):
     ZeroRedundancyOptimizer's own partition equal to the rule on every run: claim z1_greedy)."""
     from lessons.fsdp_zero import Strategy
     from lessons.fsdp_zero.partition_exercise import reference
-    return {w: [{Strategy.ZERO1: {"sizes": sizes, "partition": part}} for part in reference(sizes, w)]
+    from lessons.fsdp_zero.ranks import ShardingResult, StrategyResult
+
+    def zero1(part):
+        return StrategyResult(params=0, held_after_forward=0, grads=0, optimizer=0, calls={}, input_bytes={},
+                              events=[], wire_bytes=None, partition=part)
+    return {w: [ShardingResult(sizes=sizes, strategies={Strategy.ZERO1: zero1(part)}) for part in reference(sizes, w)]
             for w in worlds}
 
 

@@ -72,8 +72,16 @@ def settings(profile: str = "auto", **overrides) -> Settings:
 TIMEOUT_S = None  # a valid STEPS may run long; hangs end at the process-group timeout
 
 
-def predicted(n_params: int, strategy: Strategy, world: int) -> dict:
+@dataclass(frozen=True)
+class StateBytes:
+    """Bytes of the model states on one rank."""
+    params: int
+    grads: int
+    optimizer: int  # the optimizer's state
+
+
+def predicted(n_params: int, strategy: Strategy, world: int) -> StateBytes:
     """labtools.budget.estimate for the same model: fp32 weights and gradients, AdamW, the strategy's ZeRO stage."""
     b = estimate(n_params, precision="fp32", optimizer="adamw", zero_stage=Strategy(strategy).zero_stage, dp=world)
-    return {"params": b.parts.get("weights", 0), "grads": b.parts.get("gradients", 0),
-            "optimizer": b.parts.get("optimizer state", 0)}
+    return StateBytes(params=b.parts.get("weights", 0), grads=b.parts.get("gradients", 0),
+                      optimizer=b.parts.get("optimizer state", 0))

@@ -8,6 +8,7 @@ from IPython.display import HTML, display
 
 from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, where_it_failed
 from lessons.fsdp_zero import Strategy
+from lessons.fsdp_zero.ranks import ShardingResult
 
 HINT = ("largest parameters first (sorted by size, ties in their original order); each goes to the rank that holds "
         "the fewest elements so far, the lowest rank on a tie")
@@ -24,17 +25,17 @@ def reference(sizes, N):
     return [sorted(r) for r in ranks]
 
 
-def measured_cases(shard: dict[int, list[dict]]) -> list[tuple]:
+def measured_cases(shard: dict[int, list[ShardingResult]]) -> list[tuple]:
     """(name, sizes, N, the partition ZeroRedundancyOptimizer made) from section 1's launches."""
     out = []
     for world, res in sorted(shard.items()):
-        z1 = [r[Strategy.ZERO1] for r in res]
-        out.append((f"this GPT's {len(z1[0]['sizes'])} parameters on {world} ranks", z1[0]["sizes"], world,
-                    [r["partition"] for r in z1]))
+        sizes = res[0].sizes
+        out.append((f"this GPT's {len(sizes)} parameters on {world} ranks", sizes, world,
+                    [r.strategies[Strategy.ZERO1].partition for r in res]))
     return out
 
 
-def check_partition(fn, shard: dict[int, list[dict]]) -> Outcome:
+def check_partition(fn, shard: dict[int, list[ShardingResult]]) -> Outcome:
     """Your partition against ZeroRedundancyOptimizer's on every world size section 1 launched, and two small cases
     (equal sizes; one parameter larger than all the others) against the same rule."""
     if is_stub(fn):

@@ -6,43 +6,41 @@ import plotly.graph_objects as go
 
 from labtools import plots
 from labtools.claims import Findings, Ledger, approx, is_true
-from lessons.fsdp_zero import Strategy, predicted
+from lessons.fsdp_zero import StateBytes, Strategy, predicted
+from lessons.fsdp_zero.ranks import ShardingResult, StrategyResult
 
-PARTS = (("params", "parameters"), ("grads", "gradients"), ("optimizer", "optimizer state"))
+PARTS = ("parameters", "gradients", "optimizer state")
 SHOWN = (Strategy.DDP, Strategy.ZERO1, Strategy.ZERO2, Strategy.ZERO3)
 
 
-def shares(res: list[dict], strategy: Strategy) -> list[list[float]]:
+def parts(b: StateBytes | StrategyResult, held: bool = False) -> tuple[int, int, int]:
+    """The bytes of PARTS, in order; held: the parameters as held between forward and backward."""
+    return (b.held_after_forward if held else b.params), b.grads, b.optimizer
+
+
+def shares(res: list[ShardingResult], strategy: Strategy) -> list[list[float]]:
     """[rank][part]: this rank's measured bytes ÷ the whole model's (DDP's) bytes of that part. ZeRO-2's parameters
     are counted between forward and backward, when it holds them whole."""
-    whole = res[0][Strategy.DDP]
-    out = []
-    for r in res:
-        m = r[strategy]
-        row = []
-        for key, _ in PARTS:
-            held = m["held_after_forward"] if key == "params" and strategy is Strategy.ZERO2 else m[key]
-            row.append(held / whole[key])
-        out.append(row)
-    return out
+    whole = parts(res[0].strategies[Strategy.DDP])
+    return [[held / w for held, w in zip(parts(r.strategies[strategy], held=strategy is Strategy.ZERO2), whole)]
+            for r in res]
 
 
-def figure(shard: dict[int, list[dict]]) -> go.Figure:
+def figure(shard: dict[int, list[ShardingResult]]) -> go.Figure:
     """One grid per strategy at the largest world size: a cell's colour and number are the share it holds."""
     world = max(shard)
     res = shard[world]
-    n = res[0][Strategy.DDP]["n_params"]
+    n = res[0].n_params
     fig = plots.subplots(1, len(SHOWN), [s.short for s in SHOWN], height=330, legend="below", shared_yaxes=True,
                          horizontal_spacing=0.03, title=f"Who holds what: each rank's share of the model's bytes, "
                          f"measured ({world} ranks; ZeRO-2's parameters between forward and backward)")
     for col, s in enumerate(SHOWN, 1):
         z = shares(res, s)
-        p = predicted(n, s, world)
-        whole = predicted(n, Strategy.DDP, world)
+        p = [a / b for a, b in zip(parts(predicted(n, s, world)), parts(predicted(n, Strategy.DDP, world)))]
         text = [[f"{v:.0%}" if v > 0.995 else f"{v:.3f}" for v in row] for row in z]
-        hover = [[f"rank {r}, {label}: share {z[r][i]:.4f} measured, {p[key] / whole[key]:.4f} predicted"
-                  for i, (key, label) in enumerate(PARTS)] for r in range(world)]
-        fig.add_trace(go.Heatmap(z=z, x=[label for _, label in PARTS], y=[f"rank {r}" for r in range(world)],
+        hover = [[f"rank {r}, {label}: share {z[r][i]:.4f} measured, {p[i]:.4f} predicted"
+                  for i, label in enumerate(PARTS)] for r in range(world)]
+        fig.add_trace(go.Heatmap(z=z, x=list(PARTS), y=[f"rank {r}" for r in range(world)],
                                  zmin=0, zmax=1, colorscale="Blues", showscale=col == len(SHOWN), text=text,
                                  texttemplate="%{text}", hovertext=hover, hoverinfo="text",
                                  colorbar=dict(title="share of<br>the model")), row=1, col=col)
@@ -71,7 +69,7 @@ def phases(events: list[tuple[str, int]]) -> dict[str, list[tuple[str, int]]]:
     return out
 
 
-def timeline_figure(shard: dict[int, list[dict]]) -> go.Figure:
+def timeline_figure(shard: dict[int, list[ShardingResult]]) -> go.Figure:
     """ZeRO-2 and ZeRO-3, one step on rank 0: each collective in the order it was called, its height the bytes this
     rank handed it, the step's phases shaded: when parameters are gathered and gradients scattered."""
     world = max(shard)
@@ -81,7 +79,7 @@ def timeline_figure(shard: dict[int, list[dict]]) -> go.Figure:
     shown = set()
     for row, s in enumerate(ORDERED, 1):
         i = 0
-        for j, (phase, calls) in enumerate(phases(r0[s]["events"]).items()):
+        for j, (phase, calls) in enumerate(phases(r0.strategies[s].events).items()):
             if calls:
                 fig.add_vrect(x0=i - 0.5, x1=i + len(calls) - 0.5, fillcolor=["#dde8f7", "#f7e1e1", "#e1f2e1"][j % 3],
                               line_width=0, layer="below", row=row, col=1, annotation_text=phase,
@@ -99,11 +97,11 @@ def timeline_figure(shard: dict[int, list[dict]]) -> go.Figure:
     return fig
 
 
-def timeline_findings(ledger: Ledger, shard: dict[int, list[dict]]) -> Findings:
+def timeline_findings(ledger: Ledger, shard: dict[int, list[ShardingResult]]) -> Findings:
     world = max(shard)
     r0 = shard[world][0]
     count = {s: {phase: {label: sum(1 for k, _ in calls if k == label) for _, label, _ in KINDS}
-                 for phase, calls in phases(r0[s]["events"]).items()} for s in ORDERED}
+                 for phase, calls in phases(r0.strategies[s].events).items()} for s in ORDERED}
     z3, z2 = count[Strategy.ZERO3], count[Strategy.ZERO2]
     ledger.add("z3_gathers_twice", "ZeRO-3 gathers every unit's parameters again in backward: as many all-gathers in "
                "backward as in forward (rank 0's calls, in order)", z3["backward"]["all-gather"]

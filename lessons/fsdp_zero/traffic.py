@@ -1,48 +1,62 @@
 """Lesson 08, section 3: bytes sent per step by DDP and by each sharding strategy."""
 
+import dataclasses
+from dataclasses import dataclass
+
 import plotly.graph_objects as go
 
 from labtools import plots
 from labtools.claims import Findings, Ledger, approx, at_most, is_true
 from lessons.fsdp_zero import STRATEGIES, Strategy
+from lessons.fsdp_zero.ranks import Call, ShardingResult, StrategyResult
 
 
-def traffic(world: int, strategy_result: dict, reduce_scatter: str = "ring") -> float:
+def traffic(world: int, strategy_result: StrategyResult, reduce_scatter: str = "ring") -> float:
     """Predicted bytes this rank sends for one step's collectives, from their counted inputs: an all-gather whose
     input is s bytes sends (N−1)·s; an all-reduce of M bytes 2(N−1)/N·M; broadcasts of partitions that add up to
     M (every rank calls each one), (N−1)/N·M on average; a reduce-scatter of M bytes (N−1)/N·M under a ring
     (NCCL), or — reduce_scatter="gloo" — as much as an all-reduce, 2(N−1)/N·M (gloo's, measured in lesson 10)."""
     N = world
-    b = strategy_result["input_bytes"]
+    b = strategy_result.input_bytes
     rs = (N - 1) / N * (1 if reduce_scatter == "ring" else 2)
-    return ((N - 1) * b.get("all_gather_single", 0) + (N - 1) * b.get("all_gather_into_tensor", 0)
-            + rs * (b.get("reduce_scatter_single", 0) + b.get("reduce_scatter_tensor", 0))
-            + 2 * (N - 1) / N * b.get("all_reduce", 0) + (N - 1) / N * b.get("broadcast", 0))
+    return ((N - 1) * b.get(Call.ALL_GATHER_SINGLE, 0) + (N - 1) * b.get(Call.ALL_GATHER_INTO_TENSOR, 0)
+            + rs * (b.get(Call.REDUCE_SCATTER_SINGLE, 0) + b.get(Call.REDUCE_SCATTER_TENSOR, 0))
+            + 2 * (N - 1) / N * b.get(Call.ALL_REDUCE, 0) + (N - 1) / N * b.get(Call.BROADCAST, 0))
 
 
-def traffic_ratios(shard: dict[int, list[dict]], world: int | None = None) -> tuple[int, dict[str, dict]]:
-    """(world, {strategy: {"ring", "gloo": predicted ÷ DDP's, "wire": measured ÷ DDP's measured (None under NCCL),
-    "wire_vs_gloo": measured ÷ gloo prediction}}) at `world` ranks (default: the largest)."""
+@dataclass(frozen=True)
+class Ratios:
+    """One strategy's bytes per step: predicted and measured, against DDP's or against the prediction."""
+    ring: float                 # predicted under ring collectives ÷ DDP's
+    gloo: float                 # predicted with gloo's reduce-scatter (as much as an all-reduce) ÷ DDP's
+    wire: float | None          # measured on the wire ÷ DDP's measured (None under NCCL)
+    wire_vs_ring: float | None  # measured per rank ÷ the ring prediction
+    wire_vs_gloo: float | None  # measured per rank ÷ the gloo prediction
+
+
+def traffic_ratios(shard: dict[int, list[ShardingResult]],
+                   world: int | None = None) -> tuple[int, dict[Strategy, Ratios]]:
+    """(world, each strategy's Ratios) at `world` ranks (default: the largest), from rank 0's counts."""
     w = world or max(shard)
-    r0 = shard[w][0]
+    r0 = shard[w][0].strategies
     ddp = r0[Strategy.DDP]
     out = {}
     for s in STRATEGIES:
-        wire = r0[s].get("wire_bytes")
-        out[s] = {"ring": traffic(w, r0[s]) / traffic(w, ddp),
-                  "gloo": traffic(w, r0[s], "gloo") / traffic(w, ddp, "gloo"),
-                  "wire": wire / ddp["wire_bytes"] if wire is not None else None,
-                  "wire_vs_ring": wire / w / traffic(w, r0[s]) if wire is not None else None,
-                  "wire_vs_gloo": wire / w / traffic(w, r0[s], "gloo") if wire is not None else None}
+        wire = r0[s].wire_bytes
+        out[s] = Ratios(ring=traffic(w, r0[s]) / traffic(w, ddp),
+                        gloo=traffic(w, r0[s], "gloo") / traffic(w, ddp, "gloo"),
+                        wire=wire / ddp.wire_bytes if wire is not None else None,
+                        wire_vs_ring=wire / w / traffic(w, r0[s]) if wire is not None else None,
+                        wire_vs_gloo=wire / w / traffic(w, r0[s], "gloo") if wire is not None else None)
     return w, out
 
 
-def figure(shard: dict[int, list[dict]]) -> go.Figure:
+def figure(shard: dict[int, list[ShardingResult]]) -> go.Figure:
     w, ratios = traffic_ratios(shard)
-    series = {"predicted, ring collectives (NCCL)": [r["ring"] for r in ratios.values()],
-              "predicted, gloo (reduce-scatter = all-reduce)": [r["gloo"] for r in ratios.values()]}
-    if all(r["wire"] is not None for r in ratios.values()):
-        series["measured on the wire (gloo)"] = [r["wire"] for r in ratios.values()]
+    series = {"predicted, ring collectives (NCCL)": [r.ring for r in ratios.values()],
+              "predicted, gloo (reduce-scatter = all-reduce)": [r.gloo for r in ratios.values()]}
+    if all(r.wire is not None for r in ratios.values()):
+        series["measured on the wire (gloo)"] = [r.wire for r in ratios.values()]
     fig = plots.bars([s.label for s in STRATEGIES], series, title=f"Bytes per step, {w} ranks, ÷ DDP's", yaxis="× DDP")
     fig.update_traces(texttemplate="%{y:.2f}×")
     return fig
@@ -53,61 +67,61 @@ def _farthest(values: list[float], target: float) -> float:
     return max(values, key=lambda v: abs(v - target))
 
 
-def findings(ledger: Ledger, shard: dict[int, list[dict]]) -> Findings:
+def findings(ledger: Ledger, shard: dict[int, list[ShardingResult]]) -> Findings:
     w, ratios = traffic_ratios(shard)
-    rw = shard[w][0]
+    rw = shard[w][0].strategies
     z3, mp = rw[Strategy.ZERO3], rw[Strategy.ZERO3_BF16]
     Z1, Z2, Z3 = Strategy.ZERO1, Strategy.ZERO2, Strategy.ZERO3
     ledger.add("traffic_z3", f"Under ring collectives ZeRO-3 sends 1.5× DDP's bytes per step ({w} ranks; predicted "
-               "from the counted inputs of its collectives)", ratios[Z3]["ring"], approx(1.5, rel=0.02),
+               "from the counted inputs of its collectives)", ratios[Z3].ring, approx(1.5, rel=0.02),
                kind="computed")
     ledger.add("traffic_z2", f"Under ring collectives ZeRO-2 sends 1.0× DDP's bytes: no resharding saves one "
-               f"all-gather ({w} ranks; predicted)", ratios[Z2]["ring"], approx(1.0, rel=0.02), kind="computed",
+               f"all-gather ({w} ranks; predicted)", ratios[Z2].ring, approx(1.0, rel=0.02), kind="computed",
                detail=True)
     ledger.add("traffic_z1", "ZeroRedundancyOptimizer: DDP's all-reduce plus a broadcast of the updated partitions, "
-               "1.5× (predicted)", ratios[Z1]["ring"], approx(1.5, rel=0.02), kind="computed", detail=True)
+               "1.5× (predicted)", ratios[Z1].ring, approx(1.5, rel=0.02), kind="computed", detail=True)
     ledger.add("mp_allgather", "bf16 parameters halve the all-gathered bytes (bf16 ÷ fp32, counted)",
-               mp["input_bytes"]["all_gather_single"] / z3["input_bytes"]["all_gather_single"], approx(0.5, abs=1e-9),
+               mp.input_bytes[Call.ALL_GATHER_SINGLE] / z3.input_bytes[Call.ALL_GATHER_SINGLE], approx(0.5, abs=1e-9),
                kind="counted", detail=True)
     ledger.add("mp_reduce_fp32", "With bf16 parameters, gradients are still reduced in fp32 (reduce-scatter bytes "
-               "unchanged, counted)", mp["input_bytes"]["reduce_scatter_single"]
-               == z3["input_bytes"]["reduce_scatter_single"], is_true(), kind="counted", detail=True)
-    ledger.note("traffic_x_ddp", ratios)
-    calls = z3["calls"]
-    z2_words = ("sends as much as DDP" if abs(ratios[Z2]["ring"] - 1) < 0.02 else
-                f"sends {ratios[Z2]['ring']:.2f}× DDP's")
-    answer = [f"With ring collectives ZeRO-3 sends **{ratios[Z3]['ring']:.1f}×** DDP's bytes per step: it gathers the "
+               "unchanged, counted)", mp.input_bytes[Call.REDUCE_SCATTER_SINGLE]
+               == z3.input_bytes[Call.REDUCE_SCATTER_SINGLE], is_true(), kind="counted", detail=True)
+    ledger.note("traffic_x_ddp", {s: dataclasses.asdict(r) for s, r in ratios.items()})
+    calls = z3.calls
+    z2_words = ("sends as much as DDP" if abs(ratios[Z2].ring - 1) < 0.02 else
+                f"sends {ratios[Z2].ring:.2f}× DDP's")
+    answer = [f"With ring collectives ZeRO-3 sends **{ratios[Z3].ring:.1f}×** DDP's bytes per step: it gathers the "
               f"parameters in forward and again in backward, then reduce-scatters the gradients. ZeRO-2 skips the "
               f"second gather and {z2_words}."]
     table = "| strategy | predicted, ring collectives | predicted, gloo | on the wire |\n|---|---|---|---|\n" + \
-        "\n".join(f"| {s.label} | {r['ring']:.2f}× | {r['gloo']:.2f}× | "
-                  f"{'—' if r['wire'] is None else format(r['wire'], '.2f') + '×'} |" for s, r in ratios.items())
+        "\n".join(f"| {s.label} | {r.ring:.2f}× | {r.gloo:.2f}× | "
+                  f"{'—' if r.wire is None else format(r.wire, '.2f') + '×'} |" for s, r in ratios.items())
     details = [f"Bytes per step ÷ DDP's, {w} ranks:", table,
-               f"ZeRO-3 called {calls.get('all_gather_single', 0)} all-gathers and "
-               f"{calls.get('reduce_scatter_single', 0)} reduce-scatters per step."]
-    if ratios[Z3]["wire"] is None:
+               f"ZeRO-3 called {calls.get(Call.ALL_GATHER_SINGLE, 0)} all-gathers and "
+               f"{calls.get(Call.REDUCE_SCATTER_SINGLE, 0)} reduce-scatters per step."]
+    if ratios[Z3].wire is None:
         ledger.note("wire", "not measurable: NCCL traffic does not cross the loopback interface")
         return Findings(answer, details + ["Bytes on the wire are measured only for gloo ranks on one machine."])
     per = {world: traffic_ratios(shard, world)[1] for world in sorted(shard)}
     ws = " and ".join(map(str, per))
     ledger.add("wire_ddp", f"DDP's bytes on the wire ÷ the ring prediction ({ws} ranks, the farthest from 1; measured "
                "on the network interface the ranks share, headers included)",
-               _farthest([r[Strategy.DDP]["wire_vs_ring"] for r in per.values()], 1.0), approx(1.0, rel=0.05),
+               _farthest([r[Strategy.DDP].wire_vs_ring for r in per.values()], 1.0), approx(1.0, rel=0.05),
                kind="measured", detail=True)
     ledger.add("wire_z3", f"On gloo, ZeRO-3 put 2× DDP's bytes on the wire, not the ring's 1.5× ({ws} ranks, the "
-               "farthest from 2; measured)", _farthest([r[Z3]["wire"] for r in per.values()], 2.0),
+               "farthest from 2; measured)", _farthest([r[Z3].wire for r in per.values()], 2.0),
                approx(2.0, rel=0.08), kind="measured")
     ledger.add("wire_z2", f"On gloo, ZeRO-2 put 1.5× DDP's bytes on the wire, not the ring's 1.0× ({ws} ranks, the "
-               "farthest from 1.5; measured)", _farthest([r[Z2]["wire"] for r in per.values()], 1.5),
+               "farthest from 1.5; measured)", _farthest([r[Z2].wire for r in per.values()], 1.5),
                approx(1.5, rel=0.08), kind="measured", detail=True)
     # The interface's counter also carries the headers and the notebook's own local traffic (in a browser, the
     # kernel's messages to JupyterLab): 2.6-3.2% under papermill, 5.1% once in the browser. A ring-costed
     # reduce-scatter would be 25% off for ZeRO-3, so 10% still tells the two apart.
-    worst = max(abs(x["wire_vs_gloo"] - 1) for r in per.values() for x in r.values())
+    worst = max(abs(x.wire_vs_gloo - 1) for r in per.values() for x in r.values())
     ledger.add("wire_gloo", f"Every strategy's wire bytes match the prediction within 10% once gloo's reduce-scatter "
                f"is costed as an all-reduce ({ws} ranks; worst |measured ÷ predicted − 1|)", worst, at_most(0.10),
                kind="measured")
-    answer.append(f"On the wire, gloo's ranks here sent more: ZeRO-3 **{ratios[Z3]['wire']:.1f}×** DDP's bytes, since "
+    answer.append(f"On the wire, gloo's ranks here sent more: ZeRO-3 **{ratios[Z3].wire:.1f}×** DDP's bytes, since "
                   "gloo's reduce-scatter sends as much as an all-reduce; costed that way, the prediction fits.")
     details += [f"Every strategy's wire bytes came within {worst:.1%} of that prediction, headers included.",
                 "Bytes on the wire are counted on the network interface that all the ranks on this machine share, "
