@@ -27,6 +27,7 @@ from labtools import checkpoint
 from labtools.data import Corpus
 from labtools.optim import param_groups
 from labtools.progress import check_cancelled, progress
+from labtools.resume import resume, save
 from labtools.schedules import constant
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -111,6 +112,19 @@ class History:
     def final_val_loss(self) -> float:
         return self.val_loss[-1]
 
+    def record(self, info: "StepInfo", skipped: bool, tokens_per_s: float) -> None:
+        """Append one optimizer step's columns."""
+        self.step.append(info.step)
+        self.loss.append(info.loss)
+        self.lr.append(info.lr)
+        self.grad_norm.append(info.grad_norm)
+        self.tokens_per_s.append(tokens_per_s)
+        self.loss_scale.append(info.scale)
+        self.skipped.append(skipped)
+        for key, value in info.log.items():
+            self.extra.setdefault(key, []).append(value)
+
+
 @dataclass
 class StepInfo:
     """What a callback sees after each optimizer step (gradients are still in place)."""
@@ -120,6 +134,7 @@ class StepInfo:
     loss: float
     grad_norm: float
     lr: float
+    scale: float = 1.0                       # the loss scale the step ran at (1.0 without a scaler)
     log: dict = field(default_factory=dict)  # put {column: value} here to add History.extra columns
 
 
@@ -150,20 +165,19 @@ def evaluate(model: torch.nn.Module, data: Corpus, split: str = "val", *, batche
     return total / batches
 
 
-def train(model: torch.nn.Module, data: Corpus, cfg: TrainConfig, *,
-          optimizer: torch.optim.Optimizer | None = None,
-          scaler=None,
-          batch_fn: Callable[[int, int], tuple[torch.Tensor, torch.Tensor]] | None = None,
-          callback: Callable[[StepInfo], None] | None = None) -> History:
-    """Train `model` on `data` for cfg.steps optimizer steps and return its History.
+@dataclass
+class _Run:
+    """What train() sets up once and every step uses."""
+    device: torch.device
+    T: int                       # tokens per sequence
+    g: torch.Generator           # batch sampling
+    optimizer: torch.optim.Optimizer
+    scaler: object
+    base_lrs: list[float]        # each group's lr before the schedule's multiplier
+    params: list[torch.nn.Parameter]
 
-    optimizer: default AdamW(param_groups(model, cfg.weight_decay), cfg.lr, cfg.betas); a given
-        optimizer keeps its own group lrs (its "initial_lr") as the base that cfg.lr_schedule multiplies.
-    scaler: default GradScaler for fp16 (disabled otherwise); any object with GradScaler's
-        scale/unscale_/step/update/get_scale methods may be passed.
-    batch_fn(step, micro) -> (X, Y) replaces sampling from `data` (e.g. to inject a bad batch).
-    callback(StepInfo) runs after each optimizer step, before zero_grad.
-    """
+
+def _setup(model: torch.nn.Module, data: Corpus, cfg: TrainConfig, optimizer, scaler, batch_fn) -> _Run:
     device = next(model.parameters()).device
     T = cfg.block_size or model.config.block_size
     if T > model.config.block_size:
@@ -180,16 +194,73 @@ def train(model: torch.nn.Module, data: Corpus, cfg: TrainConfig, *,
     # an optimizer state_dict round trip: after loading, group["lr"] holds the last scheduled value.
     for group in optimizer.param_groups:
         group.setdefault("initial_lr", group["lr"])
-    base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
     if scaler is None:
         scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
-    params = [p for group in optimizer.param_groups for p in group["params"]]
+    return _Run(device, T, g, optimizer, scaler, [group["initial_lr"] for group in optimizer.param_groups],
+                [p for group in optimizer.param_groups for p in group["params"]])
+
+
+def step(model: torch.nn.Module, data: Corpus, cfg: TrainConfig, run: _Run, t: int, batch_fn=None,
+         callback: Callable[[StepInfo], None] | None = None) -> tuple[StepInfo, bool]:
+    """One optimizer step, t counted from 0, in the order every lesson teaches: the schedule sets the lr; forward
+    under autocast, loss ÷ G, backward (scaled for fp16) for each of the G micro-batches; unscale; clip (or measure)
+    the global gradient norm; the scaler's step (skipped on inf/nan) and update; the callback; zero_grad. Returns
+    what the callback saw, and whether the scaler skipped the step."""
+    mult = cfg.lr_schedule(t)
+    if not 0 <= mult < math.inf:
+        raise ValueError(f"TrainConfig.lr_schedule returned {mult!r} at step {t}: it must be a finite multiplier >= 0")
+    optimizer, scaler = run.optimizer, run.scaler
+    for group, base in zip(optimizer.param_groups, run.base_lrs):
+        group["lr"] = base * mult
+    loss_sum = 0.0
+    for micro in range(cfg.accum_steps):
+        X, Y = batch_fn(t, micro) if batch_fn else data.batch("train", cfg.batch_size, run.T, run.g, run.device)
+        with autocast(run.device, cfg.precision):
+            _, loss = model(X, Y)
+        if cfg.accum_normalize:
+            loss = loss / cfg.accum_steps  # each micro-batch is 1/G of the batch: the mean over all tokens
+        scaler.scale(loss).backward()
+        loss_sum += loss.item() if cfg.accum_normalize else loss.item() / cfg.accum_steps
+    scaler.unscale_(optimizer)  # grads back to true scale before measuring and clipping (no-op if disabled)
+    if cfg.grad_clip is not None:
+        grad_norm = torch.nn.utils.clip_grad_norm_(run.params, cfg.grad_clip)
+    else:
+        grad_norm = torch.nn.utils.get_total_norm([p.grad for p in run.params if p.grad is not None])
+    scale_before = scaler.get_scale() if scaler.is_enabled() else 1.0
+    scaler.step(optimizer)  # skips the step if any gradient is inf/nan
+    scaler.update()
+    scale_after = scaler.get_scale() if scaler.is_enabled() else 1.0
+    info = StepInfo(t, model, optimizer, loss_sum, grad_norm.item(), optimizer.param_groups[0]["lr"], scale_before)
+    if callback is not None:
+        callback(info)
+    optimizer.zero_grad(set_to_none=True)
+    # A scaler skips exactly the steps whose unscaled gradients hold an inf/nan, i.e. a non-finite norm
+    # (a static scale never backs off, so a falling scale alone would miss them).
+    skipped = scaler.is_enabled() and (scale_after < scale_before or not math.isfinite(info.grad_norm))
+    return info, skipped
+
+
+def train(model: torch.nn.Module, data: Corpus, cfg: TrainConfig, *,
+          optimizer: torch.optim.Optimizer | None = None,
+          scaler=None,
+          batch_fn: Callable[[int, int], tuple[torch.Tensor, torch.Tensor]] | None = None,
+          callback: Callable[[StepInfo], None] | None = None) -> History:
+    """Train `model` on `data` for cfg.steps optimizer steps and return its History.
+
+    optimizer: default AdamW(param_groups(model, cfg.weight_decay), cfg.lr, cfg.betas); a given
+        optimizer keeps its own group lrs (its "initial_lr") as the base that cfg.lr_schedule multiplies.
+    scaler: default GradScaler for fp16 (disabled otherwise); any object with GradScaler's
+        scale/unscale_/step/update/get_scale methods may be passed.
+    batch_fn(step, micro) -> (X, Y) replaces sampling from `data` (e.g. to inject a bad batch).
+    callback(StepInfo) runs after each optimizer step, before zero_grad.
+    """
+    run = _setup(model, data, cfg, optimizer, scaler, batch_fn)
     hist = History()
 
-    def run_eval(step):
-        hist.val_step.append(step)
+    def run_eval(t):
+        hist.val_step.append(t)
         hist.val_loss.append(evaluate(model, data, "val", batches=cfg.eval_batches, batch_size=cfg.batch_size,
-                                      block_size=T, precision=cfg.precision))
+                                      block_size=run.T, precision=cfg.precision))
 
     t_start = time.perf_counter()
     model.train()
@@ -199,104 +270,36 @@ def train(model: torch.nn.Module, data: Corpus, cfg: TrainConfig, *,
         Path(cfg.checkpoint_dir).mkdir(parents=True, exist_ok=True)
         path = checkpoint.latest(cfg.checkpoint_dir)
         if path is not None:
-            first = _resume(path, cfg, model, optimizer, scaler, g, hist)
+            first, saved = resume(path, model, run.optimizer, run.scaler, run.g, cfg.seed, cfg.start_step,
+                                  cfg.start_step + cfg.steps)
+            for f in dataclasses.fields(History):
+                setattr(hist, f.name, getattr(History(**saved), f.name))
     if first == cfg.start_step:
         run_eval(cfg.start_step)
     stop = end if cfg.stop_at is None else cfg.stop_at
     bar = progress(total=stop - first, desc=cfg.desc, disable=not cfg.progress)
-    for step in range(first, stop):
+    for t in range(first, stop):
         check_cancelled()  # a panel's Cancel: stop between steps
         t0 = time.perf_counter()
-        mult = cfg.lr_schedule(step)
-        if not 0 <= mult < math.inf:
-            raise ValueError(f"TrainConfig.lr_schedule returned {mult!r} at step {step}: it must be a finite "
-                             "multiplier >= 0")
-        for group, base in zip(optimizer.param_groups, base_lrs):
-            group["lr"] = base * mult
-        loss_sum = 0.0
-        for micro in range(cfg.accum_steps):
-            X, Y = batch_fn(step, micro) if batch_fn else data.batch("train", cfg.batch_size, T, g, device)
-            with autocast(device, cfg.precision):
-                _, loss = model(X, Y)
-            if cfg.accum_normalize:
-                loss = loss / cfg.accum_steps  # each micro-batch is 1/k of the batch: the mean over all tokens
-            scaler.scale(loss).backward()
-            loss_sum += loss.item() if cfg.accum_normalize else loss.item() / cfg.accum_steps
-        scaler.unscale_(optimizer)  # grads back to true scale before measuring and clipping (no-op if disabled)
-        if cfg.grad_clip is not None:
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        else:
-            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-        scale_before = scaler.get_scale() if scaler.is_enabled() else 1.0
-        scaler.step(optimizer)  # skips the step if any gradient is inf/nan
-        scaler.update()
-        scale_after = scaler.get_scale() if scaler.is_enabled() else 1.0
-        info = StepInfo(step, model, optimizer, loss_sum, grad_norm.item(), optimizer.param_groups[0]["lr"])
-        if callback is not None:
-            callback(info)
-        optimizer.zero_grad(set_to_none=True)
-        if device.type == "cuda":
+        info, skipped = step(model, data, cfg, run, t, batch_fn, callback)
+        if run.device.type == "cuda":
             torch.cuda.synchronize()
         dt = time.perf_counter() - t0
-
-        hist.step.append(step)
-        hist.loss.append(loss_sum)
-        hist.lr.append(info.lr)
-        hist.grad_norm.append(info.grad_norm)
-        hist.tokens_per_s.append(cfg.batch_size * T * cfg.accum_steps / dt)
-        hist.loss_scale.append(scale_before)
-        # A scaler skips exactly the steps whose unscaled gradients hold an inf/nan, i.e. a non-finite norm
-        # (a static scale never backs off, so a falling scale alone would miss them).
-        hist.skipped.append(scaler.is_enabled() and (scale_after < scale_before or not math.isfinite(info.grad_norm)))
-        for key, value in info.log.items():
-            hist.extra.setdefault(key, []).append(value)
-        if (step + 1 - cfg.start_step) % cfg.eval_every == 0 or step + 1 == end:
-            run_eval(step + 1)
-        if cfg.checkpoint_dir is not None and ((cfg.checkpoint_every and (step + 1 - cfg.start_step)
-                                                % cfg.checkpoint_every == 0) or step + 1 == end):
+        hist.record(info, skipped, cfg.batch_size * run.T * cfg.accum_steps / dt)
+        if (t + 1 - cfg.start_step) % cfg.eval_every == 0 or t + 1 == end:
+            run_eval(t + 1)
+        if cfg.checkpoint_dir is not None and ((cfg.checkpoint_every and (t + 1 - cfg.start_step)
+                                                % cfg.checkpoint_every == 0) or t + 1 == end):
             hist.seconds += time.perf_counter() - t_start
             t_start = time.perf_counter()
-            _save(cfg, step + 1, model, optimizer, scaler, g, hist)
+            save(cfg.checkpoint_dir, t + 1, model, run.optimizer, run.scaler, run.g, dataclasses.asdict(hist),
+                 seed=cfg.seed, start_step=cfg.start_step, steps=cfg.steps, keep=cfg.keep_checkpoints)
         bar.update(1)
-        if step % 10 == 0 or step + 1 == end:
-            bar.set_postfix(loss=f"{loss_sum:.3f}", val=f"{hist.val_loss[-1]:.3f}", refresh=False)
+        if t % 10 == 0 or t + 1 == end:
+            bar.set_postfix(loss=f"{info.loss:.3f}", val=f"{hist.val_loss[-1]:.3f}", refresh=False)
     bar.close()
     hist.seconds += time.perf_counter() - t_start
     return hist
-
-
-def _save(cfg: TrainConfig, step: int, model, optimizer, scaler, g: torch.Generator, hist: History) -> Path:
-    """The whole training state after `step` steps: what a resumed run needs to continue bit for bit."""
-    config = model.config
-    return checkpoint.save(
-        cfg.checkpoint_dir, step, keep=cfg.keep_checkpoints,
-        model=model.state_dict(), optimizer=optimizer.state_dict(),
-        scaler=scaler.state_dict() if hasattr(scaler, "state_dict") else {},
-        rng=checkpoint.rng_state(g),  # dropout (torch's global generator) and the data position (g)
-        history=dataclasses.asdict(hist),
-        run={"seed": cfg.seed, "start_step": cfg.start_step, "steps": cfg.steps,
-             "model_config": dataclasses.asdict(config) if dataclasses.is_dataclass(config) else {}})
-
-
-def _resume(path: Path, cfg: TrainConfig, model, optimizer, scaler, g: torch.Generator, hist: History) -> int:
-    """Restore a checkpoint _save() wrote into this run's objects; returns the step to continue from."""
-    state = checkpoint.load(path, map_location=next(model.parameters()).device)
-    run, step = state["run"], state["step"]
-    if run["seed"] != cfg.seed or run["start_step"] != cfg.start_step:
-        raise ValueError(f"{path} belongs to another run (seed {run['seed']}, start_step {run['start_step']}; this "
-                         f"one: {cfg.seed}, {cfg.start_step}): use an empty checkpoint_dir for a new run")
-    if not cfg.start_step < step <= cfg.start_step + cfg.steps:
-        raise ValueError(f"{path} is at step {step}, outside this run's steps ({cfg.start_step}, "
-                         f"{cfg.start_step + cfg.steps}]")
-    checkpoint.load_model_state(model, state["model"], where=str(path))
-    optimizer.load_state_dict(state["optimizer"])
-    if state["scaler"]:
-        scaler.load_state_dict(state["scaler"])
-    checkpoint.set_rng_state(state["rng"], g)
-    saved = History(**state["history"])
-    for f in dataclasses.fields(History):
-        setattr(hist, f.name, getattr(saved, f.name))
-    return step
 
 
 def branches(at: int, trunk: Callable[[dict], object], *runs: Callable[[dict], History]) -> list[History]:
