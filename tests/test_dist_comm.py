@@ -2,9 +2,9 @@
 
 import pytest
 
+from labtools.layout import collective_bytes
 from labtools.parallel import launch
 from labtools.parallel.checks import Sizes, ring_parity
-from labtools.plan import collective_bytes
 
 
 @pytest.mark.parametrize("world", [2, 3])

@@ -10,10 +10,9 @@ from labtools.model import GPT, GPTConfig
 from labtools.parallel import launch
 from labtools.parallel.mesh import check_mesh
 from labtools.parallel.tensor import check_tensor_parallel
-from labtools.plan import MODELS
+from labtools.shapes import MODELS
 from lessons.tensor_parallel import Settings
 from lessons.tensor_parallel.ranks import ParityResult, Version, parity
-
 
 
 def test_two_ranks_written_out_and_dtensor_equal_one_rank():

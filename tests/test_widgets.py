@@ -120,8 +120,8 @@ def test_panel_puts_progress_bars_in_its_own_output(monkeypatch):
 
 
 def test_exercise_checks_answers_and_reveals_the_solution(monkeypatch):
-    from labtools.quiz import Question as Exercise
-    ex = Exercise("Sum", "What is 2 + 2?", {"x": "answer"},
+    from labtools.quiz import Question
+    ex = Question("Sum", "What is 2 + 2?", {"x": "answer"},
                   check=lambda a: (a["x"] == 4, "right" if a["x"] == 4 else "try again"), solution="**4**")
     ex.inputs["x"].value = "5"
     assert ex.on_check() == (False, "try again") and "✗" in ex.result.value
@@ -145,8 +145,8 @@ def test_answer_check_accepts_within_its_tolerance_only():
 
 
 def test_answer_check_names_the_boxes_as_the_learner_sees_them():
-    from labtools.quiz import Question as Exercise, answer_check
-    ex = Exercise("Volume", "How much?", {"gb": "GB sent per GPU", "s": "seconds"},
+    from labtools.quiz import Question, answer_check
+    ex = Question("Volume", "How much?", {"gb": "GB sent per GPU", "s": "seconds"},
                   check=answer_check({"gb": 280.0, "s": 1.0}), solution="")
     ex.inputs["gb"].value, ex.inputs["s"].value = "100", "1"
     assert ex.on_check() == (False, "not yet: GB sent per GPU")
@@ -154,6 +154,7 @@ def test_answer_check_names_the_boxes_as_the_learner_sees_them():
 
 def test_typed_numbers_mean_what_they_say_or_are_refused_by_name():
     import pytest
+
     from labtools.controls import parse_number
     assert parse_number("3.5", "x") == 3.5 and parse_number("1e9", "GPUs", integer=True) == 1_000_000_000
     assert parse_number(" 42 ", "n", integer=True) == 42 and parse_number("1e400", "x", finite=False) == float("inf")

@@ -6,7 +6,9 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from labtools import plots
-from labtools.widgets import Panel, RunCache, slider
+from labtools.controls import slider
+from labtools.runcache import RunCache
+from labtools.widgets import Panel
 from lessons.activation_checkpointing import MiB, Settings, label, measure
 
 

@@ -4,7 +4,7 @@ import plotly.graph_objects as go
 import torch
 
 from labtools import plots
-from labtools.claims import Findings, Ledger, approx, at_most
+from labtools.claims import Findings, Ledger, at_most
 from labtools.device import pick_device
 from labtools.optim import SGD, Adafactor, Adam, AdamW, Lion, state_bytes
 from lessons.adamw_vs_adam_l2 import Settings, build_model, corpus

@@ -52,7 +52,7 @@ def findings(ledger: Ledger, acc: list[AccumulationResult]) -> Findings:
     buckets = "| bucket_cap_mb | buckets all-reduced per step |\n|---|---|\n" + "\n".join(
         f"| {c.cap_mb} | {c.buckets} |" for c in b)
     return Findings([
-        f"Once per step: with `no_sync()` on all but the last micro-batch, DDP all-reduced "
+        "Once per step: with `no_sync()` on all but the last micro-batch, DDP all-reduced "
         + ("**once** per step" if calls_with == 1 else f"**{calls_with}** times per step")
         + f" instead of {calls_without} times, with the same gradients.",
         f"Forgetting to divide each micro-batch's loss by G made the gradients "

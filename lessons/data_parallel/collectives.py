@@ -7,9 +7,10 @@ import plotly.graph_objects as go
 
 from labtools import plots
 from labtools.claims import Findings, Ledger, is_true
+from labtools.controls import slider
 from labtools.parallel import launch
 from labtools.parallel.comm import ring_steps
-from labtools.widgets import Panel, slider
+from labtools.widgets import Panel
 from lessons.data_parallel import Settings, ranks
 from lessons.data_parallel.ranks import Collective, CollectivesResult
 

@@ -8,9 +8,9 @@ import plotly.graph_objects as go
 
 from labtools import plots
 from labtools.claims import Findings, Ledger, approx, at_most, is_true
+from labtools.layout import collective_bytes
 from labtools.parallel import launch
 from labtools.parallel.diagnose import Ranks
-from labtools.plan import collective_bytes
 from lessons.data_parallel import TIMEOUT_S, Settings, ranks
 from lessons.data_parallel.ranks import EquivalenceResult, Sent
 

@@ -1,7 +1,7 @@
 """Lesson 07, on paper: what a 70B model's gradient all-reduce costs, by the ring's formula (labtools.plan)."""
 
 from labtools import plan
-from labtools.widgets import Exercise, answer_check
+from labtools.quiz import Question, answer_check
 
 GB = 1e9
 
@@ -13,10 +13,10 @@ def allreduce_answers(n: int = 256, params: float = 70e9, link_gbps: float = 100
             "seconds": plan.collective_time("all_reduce", M, n, bandwidth=beta, latency=alpha)}
 
 
-def allreduce_exercise() -> Exercise:
+def allreduce_exercise() -> Question:
     """The givens (N = 256, 70B parameters, bf16 gradients, a 100 Gb/s link, α = 10 µs) are in the notebook's table."""
     ar = allreduce_answers()
-    return Exercise(
+    return Question(
         "A 70B all-reduce", "With the givens in the table above: how many GB does each GPU send, and how many seconds "
         "does the all-reduce take?",
         {"volume_gb": "GB sent per GPU", "seconds": "seconds"}, answer_check(ar),

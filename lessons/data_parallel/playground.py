@@ -6,8 +6,10 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from labtools import plots
+from labtools.controls import options_with
 from labtools.parallel import launch
-from labtools.widgets import Panel, RunCache, options_with
+from labtools.runcache import RunCache
+from labtools.widgets import Panel
 from lessons.data_parallel import TIMEOUT_S, Settings, ranks
 from lessons.data_parallel.ranks import AccumulationResult, PanelRun
 

@@ -18,11 +18,20 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from labtools.exercises import load_function, where_it_failed
 from labtools.keys import Key
+from labtools.layout import collective_bytes
 from labtools.optim import param_groups
 from labtools.parallel.comm import DDPCommCounter, WireBytes, ring_all_reduce
-from labtools.parallel.toolkit import (accumulate, build_gpt, global_batch, mean_over_ranks, rank, rank_rows,
-                                       report_progress, train_step, world_size)
-from labtools.plan import collective_bytes
+from labtools.parallel.toolkit import (
+    accumulate,
+    build_gpt,
+    global_batch,
+    mean_over_ranks,
+    rank,
+    rank_rows,
+    report_progress,
+    train_step,
+    world_size,
+)
 from lessons.data_parallel import Settings
 
 

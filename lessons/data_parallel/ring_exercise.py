@@ -8,8 +8,8 @@ import re
 from IPython.display import HTML, display
 
 from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, source_of
+from labtools.layout import collective_bytes
 from labtools.parallel import RankFailed, launch
-from labtools.plan import collective_bytes
 from lessons.data_parallel import Settings, ranks
 from lessons.data_parallel.ranks import RingCase, RingExercise
 

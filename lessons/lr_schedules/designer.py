@@ -4,8 +4,9 @@ import numpy as np
 import plotly.graph_objects as go
 
 from labtools import plots
+from labtools.controls import choice_slider, slider
 from labtools.schedules import SHAPES, bind, linear_warmup, warmup_cosine, warmup_linear, wsd
-from labtools.widgets import Panel, choice_slider, slider
+from labtools.widgets import Panel
 
 
 def schedule_set(total: int, warmup_frac: float, min_ratio: float, stable_frac: float, shape: str) -> dict:

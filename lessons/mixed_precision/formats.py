@@ -7,8 +7,9 @@ import torch
 
 from labtools import plots
 from labtools.claims import Findings, Ledger, at_most, is_true
+from labtools.controls import number_box, parse_number
 from labtools.precision import FORMATS, decompose
-from labtools.widgets import Panel, number_box, parse_number
+from labtools.widgets import Panel
 
 COMMONLY_QUOTED = {  # the figures tables usually give: largest value and decimal digits
     "fp32": (3.4e38, 7), "bf16": (3.39e38, 3), "fp16": (65504.0, 3), "fp8_e4m3": (448.0, 1), "fp8_e5m2": (57344.0, 1),

@@ -8,10 +8,11 @@ import torch
 
 from labtools import plots
 from labtools.claims import Findings, Ledger, at_least, at_most
+from labtools.controls import slider
 from labtools.device import pick_device
 from labtools.precision import FORMATS
 from labtools.train import TrainConfig, train
-from labtools.widgets import Panel, slider
+from labtools.widgets import Panel
 from lessons.mixed_precision import Settings, build, corpus
 
 
@@ -68,7 +69,7 @@ def findings(ledger: Ledger, grads: np.ndarray) -> Findings:
     return Findings([
         f"Some of this model's real gradients flush to zero in fp16 (**{fr0['flushed']:.2%}**), and "
         f"{fr0['subnormal']:.0%} lose precision as subnormals.",
-        f"Multiplied by $S = 2^{{16}}$ before storing, "
+        "Multiplied by $S = 2^{16}$ before storing, "
         + (f"only {100 * fr16['flushed']:.2g}% flush" if fr16["flushed"] > 0 else "none flush")
         + ": the histogram slides right, into fp16's range.",
     ], [f"Overflow at $S = 2^{{16}}$: {100 * fr16['overflow']:.2g}% of the entries."])

@@ -5,8 +5,8 @@ import plotly.graph_objects as go
 
 from labtools import plots
 from labtools.claims import Findings, Ledger, approx, at_least
-from labtools.runs import DEEPSEEK_V3_LAYOUT
 from labtools.layout import moe_model_states
+from labtools.runs import DEEPSEEK_V3_LAYOUT
 from labtools.shapes import DEEPSEEK_V3, MOE_MODELS
 
 GB = 1e9

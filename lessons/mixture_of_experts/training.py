@@ -156,7 +156,7 @@ def loss_figure(res: dict) -> go.Figure:
 
 
 def findings(ledger: Ledger, res: dict, S: Settings) -> Findings:
-    d, m, w = res["dense, same active"], res["MoE"], res["dense, same total"]
+    d, m = res["dense, same active"], res["MoE"]
     ledger.add("moe_flops", "An MoE step's FLOPs per token follow its active parameters: the counter's count ÷ "
                "(6 × active matrix weights + 12·L·s·h) (capacity drops and the router's extra make it differ)",
                m["flops"] / m["formula"], approx(1.0, rel=0.05), kind="counted")

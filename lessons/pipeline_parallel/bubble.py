@@ -4,8 +4,8 @@ import plotly.graph_objects as go
 
 from labtools import plots
 from labtools.claims import Findings, Ledger, approx, at_most, is_true
+from labtools.layout import bubble_fraction
 from labtools.pipeline import SCHEDULES, Schedule, decompose, idle_per_row
-from labtools.plan import bubble_fraction
 from lessons.pipeline_parallel import QUOTED_EFFICIENCY, Settings
 from lessons.pipeline_parallel.launches import DepthRun
 from lessons.pipeline_parallel.order_exercise import rule_orders, torch_orders

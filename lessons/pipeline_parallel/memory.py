@@ -4,8 +4,8 @@ import plotly.graph_objects as go
 
 from labtools import plots
 from labtools.claims import Findings, Ledger, approx, at_most
+from labtools.layout import collective_bytes
 from labtools.pipeline import Schedule, in_flight, schedule_order
-from labtools.plan import collective_bytes
 from lessons.pipeline_parallel import Settings
 from lessons.pipeline_parallel.launches import DepthRun
 

@@ -5,10 +5,12 @@ from dataclasses import replace
 import ipywidgets as W
 
 from labtools.claims import Ledger
+from labtools.layout import bubble_fraction, pipeline_efficiency
 from labtools.parallel import launch
 from labtools.pipeline import SCHEDULES, Schedule
-from labtools.plan import bubble_fraction, pipeline_efficiency
-from labtools.widgets import Exercise, Panel, RunCache, answer_check
+from labtools.quiz import Question, answer_check
+from labtools.runcache import RunCache
+from labtools.widgets import Panel
 from lessons.pipeline_parallel import Settings, ranks
 from lessons.pipeline_parallel.bubble import measured, timeline_figure
 from lessons.pipeline_parallel.launches import DepthRun
@@ -46,24 +48,24 @@ def measured_panel(S: Settings, results: dict[int, DepthRun]) -> tuple[Panel, Ru
                  cancellable=True), cache
 
 
-def exercises(ledger: Ledger) -> list[Exercise]:
+def exercises(ledger: Ledger) -> list[Question]:
     m_needed = next(m for m in range(1, 10_000) if bubble_fraction(8, m) <= 0.05)
     llama = bubble_fraction(16, 16)
     v_needed = next(v for v in range(1, 64) if bubble_fraction(16, 16, v) <= 0.2)
     ledger.note("plain_1f1b_pp16_m16_idle", llama)  # 15/31: a formula, noted rather than claimed
 
     return [
-        Exercise("The quoted efficiency", "4 stages, 16 micro-batches, GPipe or 1F1B: what fraction of the time is "
+        Question("The quoted efficiency", "4 stages, 16 micro-batches, GPipe or 1F1B: what fraction of the time is "
                  "idle, and what fraction is useful work (in %)?", {"bubble": "bubble %", "eff": "efficiency %"},
                  answer_check({"bubble": 100 * bubble_fraction(4, 16), "eff": 100 * pipeline_efficiency(4, 16)}),
                  f"Bubble $(p-1)/(m+p-1) = 3/19$ = **{bubble_fraction(4, 16):.1%}**; efficiency $m/(m+p-1) = 16/19$ "
                  f"= **{pipeline_efficiency(4, 16):.1%}**. The quoted $(m-1)/(m+p-1) = 15/19$ counts one micro-batch "
                  "too few as work."),
-        Exercise("Enough micro-batches", "With p = 8 stages, how many micro-batches m make the bubble at most 5%?",
+        Question("Enough micro-batches", "With p = 8 stages, how many micro-batches m make the bubble at most 5%?",
                  {"m": "smallest m"}, answer_check({"m": m_needed}),
                  f"$(p-1)/(m+p-1) \\le 0.05 \\iff m \\ge 19(p-1)$: **m = {m_needed}**. Deep pipelines need large "
                  "global batches — or interleaving."),
-        Exercise("Interleaving a deep pipeline", "Llama 3 405B was trained with 16 pipeline stages and an interleaved "
+        Question("Interleaving a deep pipeline", "Llama 3 405B was trained with 16 pipeline stages and an interleaved "
                  "schedule. With as many micro-batches as stages, how many chunks of layers per rank (v) bring the "
                  "bubble to at most 20%?", {"v": "smallest v"}, answer_check({"v": v_needed}),
                  f"$15/(16v + 15) \\le 0.2 \\iff v \\ge 3.75$: **v = {v_needed}**, a bubble of "

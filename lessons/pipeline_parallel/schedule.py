@@ -4,8 +4,8 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from labtools import plots
+from labtools.layout import bubble_fraction
 from labtools.pipeline import SCHEDULES, Schedule, idle_fraction, schedule_order, simulate
-from labtools.plan import bubble_fraction
 from labtools.widgets import Panel
 from lessons.pipeline_parallel import Settings
 

@@ -13,6 +13,7 @@ from labtools.shapes import MODELS
 from lessons.plan_a_run import GB, H100
 from lessons.plan_a_run.predicted import V, calibrate
 
+
 @dataclass(frozen=True)
 class Example:
     """The running example: a model of labtools.shapes.MODELS on a number of H100s."""

@@ -4,10 +4,11 @@ import dataclasses
 
 import ipywidgets as W
 
+from labtools.controls import choice_slider, slider
 from labtools.layout import Layout, check_layout
 from labtools.plan import CLUSTER_LABELS, CLUSTERS, GPU, rank_layouts, run_plan, step_time
 from labtools.shapes import MODELS
-from labtools.widgets import Panel, choice_slider, slider
+from labtools.widgets import Panel
 from lessons.plan_a_run import GB
 from lessons.plan_a_run.example import EXAMPLE, figure
 

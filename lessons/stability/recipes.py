@@ -4,7 +4,8 @@ import plotly.graph_objects as go
 
 from labtools import plots
 from labtools.claims import Findings, Ledger
-from labtools.widgets import Panel, slider
+from labtools.controls import slider
+from labtools.widgets import Panel
 from lessons.stability import Settings
 
 # Published pre-training recipes; None where the paper does not state the value.

@@ -4,7 +4,7 @@ import plotly.graph_objects as go
 
 from labtools import plots
 from labtools.claims import Findings, Ledger, approx, is_true
-from labtools.plan import tensor_parallel_bytes
+from labtools.layout import tensor_parallel_bytes
 from lessons.tensor_parallel import Settings
 from lessons.tensor_parallel.launches import LessonRuns
 from lessons.tensor_parallel.ranks import Version

@@ -5,8 +5,10 @@ The whole-cluster planner that ranks layouts is lesson 16's (lessons/plan_a_run)
 import dataclasses
 
 from labtools.claims import Findings, Ledger, at_least, at_most
-from labtools.plan import MODELS, Layout, step_time
-from labtools.widgets import Exercise, answer_check
+from labtools.layout import Layout
+from labtools.plan import step_time
+from labtools.quiz import Question, answer_check
+from labtools.shapes import MODELS
 from lessons.tensor_parallel import A100, GB
 
 
@@ -37,11 +39,11 @@ def findings(ledger: Ledger, ratio: dict) -> Findings:
     ])
 
 
-def exercises(ledger: Ledger) -> list[Exercise]:
+def exercises(ledger: Ledger) -> list[Question]:
     per_layer = 8 * (8 - 1) / 8 * 4 * 2048 * 12288 * 2 / GB  # 8(tp−1)/tp · b·s·h elements, bf16
     ledger.note("exercise_bytes_per_layer_gb", per_layer)
     return [
-        Exercise("Bytes per layer", "GPT-3 with the shape in the table above: how many GB does each GPU send per layer "
+        Question("Bytes per layer", "GPT-3 with the shape in the table above: how many GB does each GPU send per layer "
                  "for one forward and backward, under ring all-reduces, in bf16?", {"gb": "GB per layer"},
                  answer_check({"gb": per_layer}),
                  "$8 \\cdot \\frac{7}{8} \\cdot 4 \\cdot 2048 \\cdot 12288 \\cdot 2$ bytes = "

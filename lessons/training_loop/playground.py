@@ -3,8 +3,10 @@
 from dataclasses import replace
 
 from labtools import data, plots
+from labtools.controls import slider
+from labtools.runcache import RunCache
 from labtools.train import History
-from labtools.widgets import Panel, RunCache, slider
+from labtools.widgets import Panel
 from lessons.training_loop import Settings
 from lessons.training_loop.training import train_run
 
