@@ -10,18 +10,8 @@ from labtools.layout import bubble_fraction
 from labtools.model import GPT, GPTConfig
 from labtools.parallel import launch
 from labtools.parallel.pipeline import check_pipeline, gpt_stages
-from labtools.pipeline import (
-    Action,
-    Schedule,
-    decompose,
-    from_torch,
-    idle_fraction,
-    idle_per_row,
-    in_flight,
-    schedule_order,
-    simulate,
-    split_backward,
-)
+from labtools.pipeline import (Action, Schedule, decompose, from_torch, idle_fraction, idle_per_row, in_flight,
+                               schedule_order, simulate, split_backward)
 from lessons.pipeline_parallel import Settings
 from lessons.pipeline_parallel.launches import DepthRun
 from lessons.pipeline_parallel.ranks import ParityResult, TimelinesResult, parity, timelines

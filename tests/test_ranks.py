@@ -10,7 +10,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = sorted(p.parent.name for p in (ROOT / "lessons").glob("*/__init__.py"))
 RANK_MODULES = [f"lessons.{name}" for name in LESSONS]  # each lesson's settings
-RANK_MODULES += sorted(f"lessons.{p.parent.name}.ranks" for p in (ROOT / "lessons").glob("*/ranks.py"))
+RANK_MODULES += sorted(f"lessons.{p.parent.name}.{p.stem}" for pattern in ("*/ranks.py", "*/*_ranks.py")
+                       for p in (ROOT / "lessons").glob(pattern))
 RANK_MODULES += ["labtools.parallel.worker", "labtools.parallel.toolkit", "labtools.parallel.checks",
                  "labtools.parallel.comm", "labtools.config"]
 UI = ("plotly", "ipywidgets", "IPython", "nbformat", "jsonschema", "anywidget", "papermill")

@@ -11,8 +11,8 @@ from labtools.controls import slider
 from labtools.parallel import launch
 from labtools.parallel.comm import ring_steps
 from labtools.widgets import Panel
-from lessons.data_parallel import Settings, ranks
-from lessons.data_parallel.ranks import Collective, CollectivesResult
+from lessons.data_parallel import Settings, ring_ranks
+from lessons.data_parallel.ring_ranks import Collective, CollectivesResult
 
 # A cell holds a set of ranks: the ranks whose data it sums. None: the rank holds no data there.
 KINDS = {
@@ -110,7 +110,7 @@ def panel(S: Settings) -> Panel:
 
 def run(S: Settings) -> list[CollectivesResult]:
     """Every collective once on max(S.world_sizes) gloo ranks: what each rank held afterwards."""
-    return launch(ranks.collectives, max(S.world_sizes), None, backend="gloo", desc="collectives")
+    return launch(ring_ranks.collectives, max(S.world_sizes), None, backend="gloo", desc="collectives")
 
 
 def _as_sets(masks: list) -> list:

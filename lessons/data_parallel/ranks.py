@@ -16,22 +16,12 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from labtools.exercises import load_function, where_it_failed
 from labtools.keys import Key
 from labtools.layout import collective_bytes
 from labtools.optim import param_groups
 from labtools.parallel.comm import DDPCommCounter, WireBytes, ring_all_reduce
-from labtools.parallel.toolkit import (
-    accumulate,
-    build_gpt,
-    global_batch,
-    mean_over_ranks,
-    rank,
-    rank_rows,
-    report_progress,
-    train_step,
-    world_size,
-)
+from labtools.parallel.toolkit import (accumulate, build_gpt, global_batch, mean_over_ranks, rank_rows,
+                                       report_progress, train_step, world_size)
 from lessons.data_parallel import Settings
 
 
@@ -285,137 +275,3 @@ def panel_run(job: Settings) -> PanelRun:
         report_progress(step + 1, job.steps)
     return PanelRun(losses=losses, allreduce_calls=calls, seconds=seconds,
                     tokens_per_step=N * job.batch_size * k * job.block_size)
-
-
-# --- your ring, on real ranks (the exercise of section 2) -----------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RingExercise:
-    """A learner's ring all-reduce, sent as source, and the tensor sizes to try it on (uneven and tiny ones too)."""
-    source: str = ""
-    name: str = "my_ring_all_reduce"
-    sizes: tuple[int, ...] = (12, 7, 2)
-
-
-@dataclass(frozen=True)
-class RingCase:
-    """One case of the learner's ring on one rank: a tensor size, or the cell itself when it does not compile."""
-    case: str
-    bytes: int | None = None         # the tensor's bytes (M)
-    difference: float | None = None  # max |Δ| against dist.all_reduce; None when it raised
-    sent: int | None = None          # bytes this rank sent through exchange()
-    hint: str = ""
-    error: str = ""                  # the learner's line that raised, if one did
-
-
-@dataclass(frozen=True)
-class RingExerciseResult:
-    """One rank's cases, in order; the first that raised is the last."""
-    cases: list[RingCase]
-
-
-class _ExerciseDist:
-    """What the exercise may use of torch.distributed: who am I, how many are we. exchange() does the sending."""
-
-    get_rank, get_world_size = staticmethod(dist.get_rank), staticmethod(dist.get_world_size)
-
-    def __getattr__(self, name):
-        raise AttributeError(f"dist.{name} is not part of this exercise: pass chunks around the ring with exchange()")
-
-
-def _ring_hint(x: torch.Tensor, want: torch.Tensor, n: int) -> str:
-    right = sum(torch.equal(a, b) for a, b in zip(x.tensor_split(n), want.tensor_split(n)))
-    if right == 1:
-        return ("one chunk is right, the others are not: after the reduce-scatter each rank holds the full sum of one "
-                "chunk only; n − 1 more steps (copying, not adding) pass the finished chunks around")
-    return ("at step s of the reduce-scatter rank r sends chunk (r − s) mod n and adds the arriving one into chunk "
-            "(r − s − 1) mod n; check which chunk you send and where the incoming one goes")
-
-
-def ring_exercise(job: RingExercise) -> RingExerciseResult:
-    """Run the learner's ring on a tensor of each size (every rank's values differ) against dist.all_reduce, and
-    count the bytes it sent through exchange(). Each rank reports its own cases."""
-    n, r = world_size(), rank()
-    sent = 0
-
-    def exchange(chunk: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-        """Send chunk to the right-hand neighbour; return what arrived from the left, shaped like `like`."""
-        nonlocal sent
-        incoming = torch.empty_like(like)
-        for q in [dist.isend(chunk.contiguous(), (r + 1) % n), dist.irecv(incoming, (r - 1) % n)]:
-            q.wait()
-        sent += chunk.numel() * chunk.element_size()
-        return incoming
-
-    try:
-        fn = load_function(job.source, job.name, {"torch": torch, "dist": _ExerciseDist()})
-    except Exception as e:  # noqa: BLE001 - the learner's cell does not compile: say so, on every rank alike
-        return RingExerciseResult([RingCase("your cell", error=where_it_failed(e, f"<your {job.name}>"))])
-    cases = []
-    for size in job.sizes:
-        x = torch.arange(size, dtype=torch.float32) * (r + 1) + r  # different on every rank
-        want = x.clone()
-        dist.all_reduce(want)
-        sent = 0
-        case = RingCase(f"{size} elements on {n} ranks", bytes=x.numel() * x.element_size())
-        try:
-            fn(x, exchange)
-        except Exception as e:  # noqa: BLE001 - reported as the learner's line, not a traceback
-            cases.append(replace(case, error=where_it_failed(e, f"<your {job.name}>")))
-            break  # the peers may now wait for this rank: the launch's collective timeout ends them
-        diff = (x - want).abs().max().item() if size else 0.0
-        cases.append(replace(case, difference=diff, sent=sent, hint=_ring_hint(x, want, n) if diff else ""))
-    return RingExerciseResult(cases)
-
-
-# --- the collectives primer: each collective's "after", from real ranks ------------------------------------------
-
-
-class Collective(Key):
-    """A collective of the primer (the value is torch.distributed's name; the ring is labtools' written-out one)."""
-    BROADCAST = "broadcast"
-    REDUCE = "reduce"
-    ALL_REDUCE = "all_reduce"
-    RING_ALL_REDUCE = "ring_all_reduce"
-    REDUCE_SCATTER = "reduce_scatter"
-    ALL_GATHER = "all_gather"
-    ALL_TO_ALL = "all_to_all"
-
-
-@dataclass(frozen=True)
-class CollectivesResult:
-    """What one rank held after each collective: its chunks, each the bitmask of the ranks whose values it sums
-    (None where the rank holds no data)."""
-    held: dict[Collective, list[int | None]]
-
-
-def collectives() -> CollectivesResult:
-    """Each collective on N chunks of one element per rank, rank r's values 2^r (exact in float64), so a value
-    is the bitmask of the ranks it sums. The ring is labtools' written-out one; the rest are torch.distributed's."""
-    n, r, chunk = world_size(), rank(), 1
-    mine = lambda: torch.full((n * chunk,), float(2 ** r), dtype=torch.float64)  # noqa: E731 - a fresh copy each
-    masks = lambda t: [int(c[0].item()) for c in t.view(n, chunk)]  # noqa: E731 - one value per chunk
-    C, out = Collective, {}
-    x = mine() if r == 0 else torch.zeros(n * chunk, dtype=torch.float64)
-    dist.broadcast(x, src=0)
-    out[C.BROADCAST] = masks(x)
-    x = mine()
-    dist.reduce(x, dst=0)
-    out[C.REDUCE] = masks(x) if r == 0 else masks(mine())  # the root's result; the others keep their input
-    x = mine()
-    dist.all_reduce(x)
-    out[C.ALL_REDUCE] = masks(x)
-    x = mine()
-    ring_all_reduce(x)
-    out[C.RING_ALL_REDUCE] = masks(x)
-    mine_chunk = torch.empty(chunk, dtype=torch.float64)
-    dist.reduce_scatter_tensor(mine_chunk, mine())
-    out[C.REDUCE_SCATTER] = [int(mine_chunk[0].item()) if c == r else None for c in range(n)]
-    x = torch.empty(n * chunk, dtype=torch.float64)
-    dist.all_gather_into_tensor(x, mine()[r * chunk:(r + 1) * chunk])
-    out[C.ALL_GATHER] = masks(x)
-    x = torch.empty(n * chunk, dtype=torch.float64)
-    dist.all_to_all_single(x, mine())
-    out[C.ALL_TO_ALL] = masks(x)
-    return CollectivesResult(out)

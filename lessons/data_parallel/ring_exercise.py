@@ -10,8 +10,8 @@ from IPython.display import HTML, display
 from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, source_of
 from labtools.layout import collective_bytes
 from labtools.parallel import RankFailed, launch
-from lessons.data_parallel import Settings, ranks
-from lessons.data_parallel.ranks import RingCase, RingExercise
+from lessons.data_parallel import Settings, ring_ranks
+from lessons.data_parallel.ring_ranks import RingCase, RingExercise
 
 COLLECTIVE_TIMEOUT_S = 20  # a ring whose ranks disagree waits for a message that never comes: end it soon
 
@@ -38,8 +38,8 @@ def check(fn, S: Settings) -> Outcome:
     sent = []
     for world in S.exercise_worlds:
         try:
-            res = launch(ranks.ring_exercise, world, job, backend="gloo", collective_timeout_s=COLLECTIVE_TIMEOUT_S,
-                         timeout_s=None, desc=f"your ring × {world}")
+            res = launch(ring_ranks.ring_exercise, world, job, backend="gloo",
+                         collective_timeout_s=COLLECTIVE_TIMEOUT_S, timeout_s=None, desc=f"your ring × {world}")
         except RankFailed as e:
             return Outcome("fail", f"on {world} ranks the run stopped: {e.error.splitlines()[0][:200]} — hint: every "
                                    "rank must call exchange() the same number of times, 2(n − 1), in the same order")

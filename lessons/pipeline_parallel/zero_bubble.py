@@ -6,17 +6,8 @@ import plotly.graph_objects as go
 from labtools import plots
 from labtools.claims import Findings, Ledger, approx, at_most, is_true
 from labtools.layout import bubble_fraction
-from labtools.pipeline import (
-    LETTERS,
-    Schedule,
-    decompose,
-    from_torch,
-    idle_fraction,
-    in_flight,
-    schedule_order,
-    simulate,
-    split_backward,
-)
+from labtools.pipeline import (LETTERS, Schedule, decompose, from_torch, idle_fraction, in_flight, schedule_order,
+                               simulate, split_backward)
 from lessons.pipeline_parallel import Settings
 from lessons.pipeline_parallel.launches import DepthRun
 from lessons.pipeline_parallel.ranks import Timeline

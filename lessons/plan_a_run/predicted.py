@@ -12,15 +12,8 @@ from labtools import plots
 from labtools.claims import Findings, Ledger, approx, at_least, at_most, is_true
 from labtools.layout import moe_model_states
 from labtools.plan import StepEstimate, rank_layouts, step_time
-from labtools.runs import (
-    DEEPSEEK_V3_LAYOUT,
-    DEEPSEEK_V3_RUN,
-    GPT3,
-    LLAMA3,
-    LLAMA3_LONG_DP_PRINTED,
-    MTNLG_RUN,
-    LayoutResult,
-)
+from labtools.runs import (DEEPSEEK_V3_LAYOUT, DEEPSEEK_V3_RUN, GPT3, LLAMA3, LLAMA3_LONG_DP_PRINTED, MTNLG_RUN,
+                           LayoutResult)
 from labtools.shapes import DEEPSEEK_V3, MODELS, MTNLG, ModelShape
 from lessons.plan_a_run import A100, GB, H100
 from lessons.plan_a_run.reproduced import per_token_count
