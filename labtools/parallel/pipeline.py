@@ -13,7 +13,8 @@ back-propagates, and sends its input's gradient back. Naive — blocking receive
 
 Simulated compute: an ActionTimer with pad_s sleeps after each action until it has lasted a fixed time, so ranks
 that share CPU cores still show the schedule's own timeline (a sleeping rank frees its core). Without pad_s the
-timeline is real compute. labtools.model stays free of torch.distributed: this module cuts a GPT from outside.
+timeline is real compute. SentBytes counts the bytes a schedule's stages hand to the backend to send.
+labtools.model stays free of torch.distributed: this module cuts a GPT from outside.
 Introduced in notebooks/09_pipeline_parallel.ipynb.
 """
 
@@ -221,3 +222,29 @@ def step_torch(sched, local, X: torch.Tensor, Y: torch.Tensor) -> float | None:
     kwargs = dict(target=Y, losses=losses) if last else {}
     sched.step(*((X,) if first else ()), **kwargs)
     return torch.stack(losses).mean().item() if last else None
+
+
+class SentBytes:
+    """Count the bytes of the tensors a PipelineStage hands to its schedule to send (get_fwd_send_ops and
+    get_bwd_send_ops: activations forward, gradients backward) inside a `with` block."""
+
+    def __init__(self, local):
+        self.local, self.bytes = local, 0
+
+    def __enter__(self):
+        for st in self.local:
+            for name in ("get_fwd_send_ops", "get_bwd_send_ops"):
+                orig = getattr(st, name)
+
+                def counted(*args, _orig=orig, **kwargs):
+                    ops = _orig(*args, **kwargs)
+                    self.bytes += sum(op.tensor.numel() * op.tensor.element_size() for op in ops)
+                    return ops
+                setattr(st, name, counted)
+        return self
+
+    def __exit__(self, *exc):
+        for st in self.local:
+            for name in ("get_fwd_send_ops", "get_bwd_send_ops"):
+                del st.__dict__[name]  # back to the class's method
+        return False

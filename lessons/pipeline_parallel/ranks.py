@@ -19,8 +19,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from labtools.memory import SavedTensorTracker, saved_activations
 from labtools.parallel.comm import WireBytes
-from labtools.parallel.pipeline import (ActionTimer, check_pipeline, gpt_stages, local_stage_ids, pipeline_loss,
-                                        run_written_out, step_torch, torch_schedule)
+from labtools.parallel.pipeline import (ActionTimer, SentBytes, check_pipeline, gpt_stages, local_stage_ids,
+                                        pipeline_loss, run_written_out, step_torch, torch_schedule)
 from labtools.parallel.toolkit import (build_gpt, device, global_batch, rank, rank_rows, report_progress, world_size)
 from labtools.pipeline import Schedule, schedule_order
 from lessons.pipeline_parallel import Settings
@@ -252,7 +252,7 @@ def traffic(job: Settings) -> TrafficResult:
     stages = gpt_stages(model, p)
     sched, local = torch_schedule(Schedule.ONE_F_ONE_B, stages, p, m, None, device())
     step_torch(sched, local, X, Y)  # warm-up: shape inference sends metadata once
-    with _count_sends(local) as counted, WireBytes() as wire:
+    with SentBytes(local) as counted, WireBytes() as wire:
         step_torch(sched, local, X, Y)
     ddp = DDP(_model(job))
     ddp(rank_rows(X), rank_rows(Y))[1].backward()  # warm-up: DDP builds its buckets
@@ -261,32 +261,6 @@ def traffic(job: Settings) -> TrafficResult:
     return TrafficResult(pipeline_wire=wire.bytes, pipeline_sent_counted=counted.bytes, ddp_wire=ddp_wire.bytes,
                          param_bytes=sum(q.numel() * q.element_size() for q in ddp.parameters()),
                          activation_bytes=job.batch_size // m * job.block_size * job.n_embd * 4)
-
-
-class _count_sends:
-    """Count the bytes of the tensors a PipelineStage hands to its schedule to send (get_fwd_send_ops and
-    get_bwd_send_ops: activations forward, gradients backward) inside a `with` block."""
-
-    def __init__(self, local):
-        self.local, self.bytes = local, 0
-
-    def __enter__(self):
-        for st in self.local:
-            for name in ("get_fwd_send_ops", "get_bwd_send_ops"):
-                orig = getattr(st, name)
-
-                def counted(*args, _orig=orig, **kwargs):
-                    ops = _orig(*args, **kwargs)
-                    self.bytes += sum(op.tensor.numel() * op.tensor.element_size() for op in ops)
-                    return ops
-                setattr(st, name, counted)
-        return self
-
-    def __exit__(self, *exc):
-        for st in self.local:
-            for name in ("get_fwd_send_ops", "get_bwd_send_ops"):
-                del st.__dict__[name]  # back to the class's method
-        return False
 
 
 @dataclass(frozen=True)
