@@ -311,3 +311,28 @@ def test_an_elastic_run_that_keeps_failing_names_the_rank_of_its_last_attempt():
 def test_max_restarts_is_validated(value):
     with pytest.raises(ValueError, match="max_restarts"):
         launch(checks.hello, 2, max_restarts=value, show_progress=False)
+
+
+def test_a_config_field_of_the_wrong_type_is_named_before_any_process_starts(session_run_root):
+    with pytest.raises(ValueError, match=r"Fault.rank must be int, got str 'one'"):
+        launch(checks.fail_on, 2, Fault(rank="one"), show_progress=False)
+    assert list(session_run_root.glob("labtools-run-*")) == []
+
+
+@pytest.mark.parametrize("victim", [0, 1])
+def test_a_rank_that_exits_with_a_code_is_named_not_the_peer_it_left_waiting(victim):
+    with pytest.raises(RankFailed) as info:
+        launch(checks.exits, 2, Fault(rank=victim, code=3), show_progress=False, collective_timeout_s=20)
+    assert info.value.rank == victim and "exited with code 3" in str(info.value)
+
+
+def test_a_rank_that_aborts_is_named_as_aborting_itself():
+    with pytest.raises(RankFailed) as info:
+        launch(checks.aborts, 2, Fault(rank=1), show_progress=False, collective_timeout_s=20)
+    assert info.value.rank == 1 and info.value.signal == "SIGABRT" and "aborted itself" in str(info.value)
+
+
+def test_a_rank_that_exits_0_without_a_result_is_a_rank_failure_naming_it():
+    with pytest.raises(RankFailed) as info:
+        launch(checks.exits, 2, Fault(rank=1, code=0), show_progress=False)
+    assert info.value.rank == 1 and "without a result" in str(info.value)

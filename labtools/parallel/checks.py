@@ -36,6 +36,7 @@ class Fault:
     sleep_s: float = 600   # how long the others (or the slow one) sleep
     steps: int = 10
     step_s: float = 1.0
+    code: int = 3          # exits(): the code it exits with
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,29 @@ def fail_on(cfg: Fault) -> Sum:
     """Rank cfg.rank raises before a collective the others then wait in."""
     if rank() == cfg.rank:
         raise ValueError(f"deliberate failure on rank {rank()}")
+    t = torch.ones(1, device=device())
+    dist.all_reduce(t)
+    return Sum(t.item())
+
+
+def exits(cfg: Fault) -> Sum:
+    """Rank cfg.rank leaves by os._exit(cfg.code) (no Python error, no result) while the others wait in a
+    collective; with code 0 the others do not wait, and every process exits 0 with one result missing."""
+    if rank() == cfg.rank:
+        time.sleep(0.3)
+        os._exit(cfg.code)
+    if cfg.code == 0:
+        return Sum(0.0)
+    t = torch.ones(1, device=device())
+    dist.all_reduce(t)
+    return Sum(t.item())
+
+
+def aborts(cfg: Fault) -> Sum:
+    """Rank cfg.rank aborts itself (SIGABRT, as a C++ library does on a fatal error) while the others wait."""
+    if rank() == cfg.rank:
+        time.sleep(0.3)
+        os.abort()
     t = torch.ones(1, device=device())
     dist.all_reduce(t)
     return Sum(t.item())

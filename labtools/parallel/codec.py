@@ -60,6 +60,9 @@ def encode_config(fn, config) -> dict | None:
     if not isinstance(config, cls):
         raise ValueError(f"config must be a {cls.__qualname__} (the type {fn.__qualname__} is annotated with), "
                          f"got {type(config).__name__}")
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):  # before any process starts: a field of the wrong type is named here
+        _check(cls, f.name, hints.get(f.name), getattr(config, f.name))
     return _json(config, "config")
 
 
@@ -93,7 +96,25 @@ def _decode_dataclass(cls: type, data: dict):
     unknown = sorted(set(data) - set(names))
     if unknown:
         raise ValueError(f"unknown field(s) {unknown} for {cls.__qualname__}; its fields: {names}")
-    return cls(**{name: _decode(hints.get(name), data[name]) for name in names if name in data})
+    kwargs = {}
+    for name in names:
+        if name in data:
+            value = _decode(hints.get(name), data[name])
+            _check(cls, name, hints.get(name), value)
+            kwargs[name] = value
+    return cls(**kwargs)
+
+
+def _check(cls: type, name: str, hint, value) -> None:
+    """A field of a plain type holds a value of that type (an int for a float is fine; a bool is not an int)."""
+    if value is None or hint not in (int, float, str, bool):
+        return
+    ok = (isinstance(value, bool) if hint is bool else
+          isinstance(value, (int, float)) and not isinstance(value, bool) if hint is float else
+          isinstance(value, int) and not isinstance(value, bool) if hint is int else isinstance(value, str))
+    if not ok:
+        raise ValueError(f"{cls.__qualname__}.{name} must be {hint.__name__}, got {type(value).__name__} "
+                         f"{value!r}")
 
 
 def _decode(hint, value):

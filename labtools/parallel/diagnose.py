@@ -52,6 +52,30 @@ def torchrun_failures(log: str) -> dict[int, int]:
     return {int(r): int(code) for r, code in _FAILURE.findall(log)}
 
 
+_ROOT = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+)", re.S)
+
+
+def root_cause(log: str) -> int | None:
+    """The rank torchrun names as the first observed failure, if its summary is in the log."""
+    m = _ROOT.search(log)
+    return int(m.group(1)) if m else None
+
+
+_NO_RESULT = ("exited with code 0 without a result: the rank function did not return (sys.exit or os._exit in it, or "
+              "a process it started ended it)")
+
+
+def _how(code: int) -> str:
+    """How a rank ended, from its exit code (negative: the signal), said plainly."""
+    if code == -signal.SIGABRT:
+        return ("aborted itself (SIGABRT, no Python error: a library's fatal error, e.g. in the communication "
+                "backend; its last output below says which)")
+    if code < 0:
+        return (f"killed by {_signal_name(code)} (no Python error: the process was killed from outside, e.g. by the "
+                "OOM killer or a kill command)")
+    return f"exited with code {code} without a Python error (os._exit or sys.exit in the rank function, or a crash)"
+
+
 def _signal_name(code: int) -> str:
     try:
         return signal.Signals(-code).name
@@ -77,9 +101,11 @@ def _rank_log(run_dir: Path, rank: int) -> str:
 def diagnose(run_dir: Path, nprocs: int, returncode: int | None) -> RankFailed | RuntimeError | None:
     """The root cause of a failed run, or None if it succeeded.
 
-    A rank killed by a signal other than torchrun's own SIGTERM, without an error of its own, is the cause
-    (its peers then fail with "connection closed"); else the first Python error any rank recorded (later ones
-    are consequences); else what torchrun reported.
+    A rank that ended without a Python error and without a result (killed by a signal other than torchrun's own
+    SIGTERM, aborted, or exited with a code) is the cause: its peers then fail with "connection closed"; torchrun's
+    first observed failure decides between several. Else a rank that exited 0 with nothing written while others
+    failed; else the first Python error any rank recorded (later ones are consequences); else what torchrun
+    reported; else a rank that exited 0 without its result.
     """
     errors = _read_errors(run_dir)
     if returncode == 0 and all_results(run_dir, nprocs):
@@ -89,21 +115,29 @@ def diagnose(run_dir: Path, nprocs: int, returncode: int | None) -> RankFailed |
     log = (run_dir / "torchrun.log").read_text(errors="replace") if (run_dir / "torchrun.log").exists() else ""
     failures = torchrun_failures(log)
     with_error = {e["rank"] for e in errors}
-    signalled = sorted(r for r, code in failures.items() if code < 0 and r not in with_error
-                       and -code != signal.SIGTERM and not (run_dir / f"rank{r}.json").exists())
-    if signalled:
-        r = signalled[0]
-        name = _signal_name(failures[r])
-        return RankFailed(r, f"killed by {name} (no Python error: the process was killed from outside, e.g. by the "
-                             "OOM killer or a kill command)", logs=_rank_log(run_dir, r), signal_name=name)
+    # a rank that ended without a Python error of its own and without a result is the cause: its peers then fail
+    # with "connection closed" (errors of their own, but consequences). torchrun's SIGTERM is its stopping the rest.
+    silent = {r: code for r, code in failures.items() if r not in with_error and code != -signal.SIGTERM
+              and not (run_dir / f"rank{r}.json").exists()}
+    if silent:
+        r = root_cause(log) if root_cause(log) in silent else min(silent)
+        return RankFailed(r, _how(silent[r]), logs=_rank_log(run_dir, r),
+                          signal_name=_signal_name(silent[r]) if silent[r] < 0 else None)
+    # a rank that exited 0 with neither a result nor an error, while its peers failed waiting for it
+    vanished = [r for r in range(nprocs) if r not in failures and r not in with_error
+                and not (run_dir / f"rank{r}.json").exists()]
+    if vanished and errors:
+        return RankFailed(vanished[0], _NO_RESULT, logs=_rank_log(run_dir, vanished[0]))
     if errors:
         first = min(errors, key=lambda e: e["time"])
         return RankFailed(first["rank"], first["error"], first["traceback"], _rank_log(run_dir, first["rank"]))
     if failures:
         r = min(failures)
-        code = failures[r]
-        what = f"killed by {_signal_name(code)}" if code < 0 else f"exited with code {code} without a Python error"
-        return RankFailed(r, what, logs=_rank_log(run_dir, r), signal_name=_signal_name(code) if code < 0 else None)
+        return RankFailed(r, _how(failures[r]), logs=_rank_log(run_dir, r),
+                          signal_name=_signal_name(failures[r]) if failures[r] < 0 else None)
+    missing = [r for r in range(nprocs) if not (run_dir / f"rank{r}.json").exists()]
+    if returncode == 0 and missing:
+        return RankFailed(missing[0], _NO_RESULT, logs=_rank_log(run_dir, missing[0]))
     return RuntimeError(f"torchrun exited with code {returncode} and no rank reported a failure.\n"
                         + log_tails(run_dir, nprocs))
 
