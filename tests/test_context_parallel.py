@@ -1,21 +1,26 @@
 """Context parallelism (labtools.parallel.context, lesson 14): layouts, the online-softmax merge, ring attention on
 real ranks against one process, its bytes and its causal balance; the merge exercise."""
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 
 from labtools.exercises import NOT_WRITTEN
 from labtools.parallel import launch
-from labtools.parallel.context import (block_attention, block_counts, merge, positions, predicted_bytes,
-                                       scores_per_rank, segments)
+from labtools.parallel.context import (LAYOUTS, SeqLayout, block_attention, block_counts, merge, positions,
+                                       predicted_bytes, scores_per_rank, segments)
+
+CONTIGUOUS, ZIGZAG = SeqLayout.CONTIGUOUS, SeqLayout.ZIGZAG
 
 
 def test_every_position_is_held_by_exactly_one_rank_in_either_layout():
-    for layout in ("contiguous", "zigzag"):
+    for layout in LAYOUTS:
         for c in (1, 2, 4):
             held = torch.cat([positions(32, c, r, layout) for r in range(c)])
             assert sorted(held.tolist()) == list(range(32))
-    assert positions(16, 4, 1, "zigzag").tolist() == [2, 3, 12, 13]  # blocks 1 and 2c − 1 − 1 = 6 of 8
+    assert positions(16, 4, 1, ZIGZAG).tolist() == [2, 3, 12, 13]  # blocks 1 and 2c − 1 − 1 = 6 of 8
+    assert positions(16, 4, 1, "zigzag").tolist() == [2, 3, 12, 13]  # a Key answers to its value
     assert [(s.start, s.stop) for s in segments(4, 2)] == [(0, 2), (2, 4)]
 
 
@@ -37,49 +42,49 @@ def test_ring_attention_on_four_ranks_equals_one_process_and_zigzag_evens_the_wo
     res = launch(ranks.lesson_run, 4, S, desc="ring attention × 4", show_progress=False)
     # the ranks exit in the background once their results are in: gone before the next test looks for orphans
     assert wait_gone(session_run_root) == []
-    for layout in ("contiguous", "zigzag"):
-        assert max(x["layouts"][layout]["max_diff"] for x in res) < 1e-5
-        assert all(x["layouts"][layout]["bytes"] == predicted_bytes(1, S.heads, 64, S.head_dim, 4) for x in res)
-    contiguous = [x["layouts"]["contiguous"]["scores"] for x in res]
-    zigzag = [x["layouts"]["zigzag"]["scores"] for x in res]
+    for layout in LAYOUTS:
+        assert max(x.layouts[layout].max_diff for x in res) < 1e-5
+        assert all(x.layouts[layout].bytes == predicted_bytes(1, S.heads, 64, S.head_dim, 4) for x in res)
+    contiguous = [x.layouts[CONTIGUOUS].scores for x in res]
+    zigzag = [x.layouts[ZIGZAG].scores for x in res]
     assert contiguous == [256, 512, 768, 1024]  # rank r computes r + 1 blocks of 16 × 16 scores
     assert zigzag == [576] * 4  # 2c + 1 = 9 blocks of 8 × 8 each
-    assert contiguous == scores_per_rank(64, 4, "contiguous") and zigzag == scores_per_rank(64, 4, "zigzag")
+    assert contiguous == scores_per_rank(64, 4, CONTIGUOUS) and zigzag == scores_per_rank(64, 4, ZIGZAG)
     # in total zig-zag computes less: its diagonal blocks are 8 × 8, so fewer masked scores are computed and dropped
     assert sum(zigzag) < sum(contiguous)
 
 
 def test_the_block_cost_claim_tells_its_model_from_costing_blocks_by_their_scores_alone():
     from lessons.context_parallel import ranks, settings
+    from lessons.context_parallel.ranks import BlockCosts
     from lessons.context_parallel.ring import predicted_busiest
     S = settings("smoke", seq=64, rounds=2, worlds=(4,))
     timed_here = ranks.timings(S, 4)
-    costs = timed_here["block_costs"]
-    assert all(t > 0 for kind in costs.values() for t in kind.values())
-    assert costs["masked"]["8"] > costs["whole"]["8"]  # the mask is built and applied
-    timed = predicted_busiest({"block_costs": costs}, S)
-    per_score = {k: {n: costs["whole"]["16"] * (int(n) / 16) ** 2 for n in costs[k]} for k in ("whole", "masked")}
-    scores_only = predicted_busiest({"block_costs": dict(per_score, merge={"16": 0, "8": 0},
-                                                         skipped={"16": 0, "8": 0})}, S)
-    ratio = (scores_only["zigzag"] / scores_only["contiguous"]) / (timed["zigzag"] / timed["contiguous"])
+    costs = timed_here.block_costs
+    assert all(t > 0 for kind in dataclasses.astuple(costs) for t in kind.values())
+    assert costs.masked[8] > costs.whole[8]  # the mask is built and applied
+    timed = predicted_busiest(costs, S)
+    per_score = {n: costs.whole[16] * (n / 16) ** 2 for n in (16, 8)}
+    scores_only = predicted_busiest(BlockCosts(whole=per_score, masked=per_score, merge={16: 0, 8: 0},
+                                               skipped={16: 0, 8: 0}), S)
+    ratio = (scores_only[ZIGZAG] / scores_only[CONTIGUOUS]) / (timed[ZIGZAG] / timed[CONTIGUOUS])
     assert abs(ratio - 1) > 0.25, f"costing blocks by scores alone would pass the ±25% claim: {ratio:.2f}"
-    times = timed_here["times"]["contiguous"]
+    times = timed_here.times[CONTIGUOUS]
     assert len(times) == 4 and max(times) / min(times) > 1.5  # the last rank's work is the largest
 
 
 def test_block_counts_are_the_blocks_ring_attention_computes():
-    for layout in ("contiguous", "zigzag"):
+    for layout in LAYOUTS:
         for c in (2, 4):
             for r in range(c):
                 counts = block_counts(64, c, r, layout)
-                computed = {k: v for k, v in counts.items() if k[0] not in ("merges", "skipped")}
-                blocks = sum(computed.values())
-                assert sum(k[0] ** 2 * v for k, v in computed.items()) == scores_per_rank(64, c, layout)[r]
-                n_query_blocks = 2 if layout == "zigzag" else 1
-                n = 64 // (c * n_query_blocks)
-                assert blocks + counts.get(("skipped", n), 0) == c * n_query_blocks ** 2  # every pair looked at
-                assert counts[("merges", n)] == blocks - n_query_blocks
-                assert sum(v for k, v in computed.items() if k[1]) == n_query_blocks  # the diagonal blocks
+                blocks = counts.whole + counts.masked
+                assert counts.length ** 2 * blocks == scores_per_rank(64, c, layout)[r]
+                n_query_blocks = 2 if layout == ZIGZAG else 1
+                assert counts.length == 64 // (c * n_query_blocks)
+                assert blocks + counts.skipped == c * n_query_blocks ** 2  # every pair looked at
+                assert counts.merges == blocks - n_query_blocks
+                assert counts.masked == n_query_blocks  # the diagonal blocks
 
 
 def test_lesson_14_merge_solution_passes_and_forming_the_exp_sums_fails_on_large_scores():

@@ -5,7 +5,7 @@ attends its queries to the key/value block it holds, then passes that block to t
 receives one from the previous. Partial results merge with the online-softmax rule (`merge`): each block's output
 and log-sum-exp of its scores are enough to combine them exactly, so no rank ever holds the whole s × s matrix.
 
-    pos = positions(s, c, rank, "zigzag")          # this rank's positions in the sequence: two blocks
+    pos = positions(s, c, rank, SeqLayout.ZIGZAG)  # this rank's positions in the sequence: two blocks
     out = ring_attention(q[..., pos, :], k[..., pos, :], v[..., pos, :], pos, blocks=2)
 
 Under a causal mask a query never looks at later keys: with contiguous blocks the last rank works c times as hard
@@ -19,29 +19,39 @@ Introduced in notebooks/14_context_parallel.ipynb.
 
 import math
 import time
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-LAYOUTS = ("contiguous", "zigzag")
+from labtools.keys import Key
 
 
-def positions(s: int, c: int, r: int, layout: str) -> torch.Tensor:
+class SeqLayout(Key):
+    """How the sequence is split over the c ranks: one contiguous block each, or two (zig-zag)."""
+    CONTIGUOUS = "contiguous"
+    ZIGZAG = "zigzag"
+
+
+LAYOUTS = tuple(SeqLayout)
+
+
+def positions(s: int, c: int, r: int, layout: SeqLayout) -> torch.Tensor:
     """The sequence positions rank r of c holds: a contiguous s/c, or blocks r and 2c − 1 − r of 2c (zig-zag)."""
     if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        raise ValueError(f"layout must be one of {tuple(x.value for x in LAYOUTS)}, got {layout!r}")
     if s % (2 * c):
         raise ValueError(f"the sequence length ({s}) must split into 2c = {2 * c} equal blocks")
-    if layout == "contiguous":
+    if layout == SeqLayout.CONTIGUOUS:
         n = s // c
         return torch.arange(r * n, (r + 1) * n)
     n = s // (2 * c)
     return torch.cat([torch.arange(r * n, (r + 1) * n), torch.arange((2 * c - 1 - r) * n, (2 * c - r) * n)])
 
 
-def pieces(layout: str) -> int:
+def pieces(layout: SeqLayout) -> int:
     """Blocks each rank holds: one (contiguous) or two (zig-zag, even where its two happen to be neighbours)."""
-    return 2 if layout == "zigzag" else 1
+    return 2 if layout == SeqLayout.ZIGZAG else 1
 
 
 def segments(n: int, k: int) -> list[slice]:
@@ -134,28 +144,35 @@ def ring_attention(q, k, v, pos, *, blocks: int = 1, counter: dict | None = None
     return out + 0.0 * kv.sum() if n_ranks > 1 else out
 
 
-def scores_per_rank(s: int, c: int, layout: str) -> list[int]:
+def scores_per_rank(s: int, c: int, layout: SeqLayout) -> list[int]:
     """Score entries each rank computes in ring attention (the blocks it does not skip, masked ones included):
     what ring_attention counts at run time, worked out here from the blocks' first and last positions (integer
     arithmetic: the panel redraws it for c up to 16)."""
     positions(s, c, 0, layout)  # validates s, c and the layout
     n = s // (c * pieces(layout))
-    starts = ({r: [r * n] for r in range(c)} if layout == "contiguous" else
+    starts = ({r: [r * n] for r in range(c)} if layout == SeqLayout.CONTIGUOUS else
               {r: [r * n, (2 * c - 1 - r) * n] for r in range(c)})
     return [sum(n * n for q in starts[r] for j in range(c) for k in starts[j] if not k > q + n - 1)
             for r in range(c)]
 
 
-def block_counts(s: int, c: int, r: int, layout: str) -> dict[tuple[int, bool], int]:
-    """The blocks rank r computes in ring attention, by (block length, masked?): masked where some keys lie after
-    some queries (the diagonal blocks), whole otherwise. Also ("skipped", n): the blocks looked at and skipped (every
-    key after every query), and ("merges", n): the merges of partial results (one per block after a query block's
-    first). What ring_attention runs, from positions alone."""
+@dataclass(frozen=True)
+class BlockCounts:
+    """The blocks one rank runs through in ring attention, all of one length (queries × keys)."""
+    length: int    # positions per block: s/c (contiguous) or s/2c (zig-zag)
+    whole: int     # computed, every key before every query
+    masked: int    # computed, some keys after some queries: the diagonal blocks
+    skipped: int   # looked at and skipped: every key after every query
+    merges: int    # merges of partial results: one per computed block after a query block's first
+
+
+def block_counts(s: int, c: int, r: int, layout: SeqLayout) -> BlockCounts:
+    """The blocks rank r computes, masks and skips in ring attention, and its merges: what ring_attention runs,
+    from positions alone."""
     pos = positions(s, c, r, layout)
     k = pieces(layout)
-    n = len(pos) // k
-    counts: dict = {}
-    for i, qs in enumerate(segments(len(pos), k)):
+    whole = masked = skipped = merges = 0
+    for qs in segments(len(pos), k):
         q_first, q_last = int(pos[qs][0]), int(pos[qs][-1])
         done = 0
         for j in range(c):
@@ -163,13 +180,15 @@ def block_counts(s: int, c: int, r: int, layout: str) -> dict[tuple[int, bool], 
             for ks in segments(len(k_pos), k):
                 k_first, k_last = int(k_pos[ks][0]), int(k_pos[ks][-1])
                 if k_first > q_last:  # looked at, and skipped: every key after every query
-                    counts[("skipped", n)] = counts.get(("skipped", n), 0) + 1
-                    continue
-                key = (n, k_last > q_first)
-                counts[key] = counts.get(key, 0) + 1
-                done += 1
-        counts[("merges", n)] = counts.get(("merges", n), 0) + max(done - 1, 0)
-    return counts
+                    skipped += 1
+                elif k_last > q_first:  # some keys after some queries: the mask is built and applied
+                    masked += 1
+                    done += 1
+                else:
+                    whole += 1
+                    done += 1
+        merges += max(done - 1, 0)
+    return BlockCounts(length=len(pos) // k, whole=whole, masked=masked, skipped=skipped, merges=merges)
 
 
 def predicted_saved(scores: int, heads: int, element_size: int = 4) -> int:

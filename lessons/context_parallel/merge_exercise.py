@@ -100,10 +100,10 @@ def _on_ranks(fn, S, verdict: Outcome) -> Outcome:
                      desc=f"your merge × {RANKS}")
     except RankFailed as e:
         return Outcome("fail", f"on {RANKS} ranks the run stopped: {e.error.splitlines()[0][:200]}")
-    failed = next((r["error"] for r in res if r.get("error")), None)
+    failed = next((r.error for r in res if r.error), None)
     if failed:
         return Outcome("fail", f"inside ring attention on {RANKS} ranks: {failed}")
-    worst = max(r["difference"] for r in res)
+    worst = max(r.difference for r in res)
     if worst > 1e-5:
         return Outcome("fail", f"inside ring attention on {RANKS} ranks the output or gradients differ from one "
                                f"process's by {worst:.1e} — hint: {HINT}", worst)

@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from labtools.exercises import load_function, where_it_failed
 from labtools.memory import saved_activations
 from labtools.parallel.comm import WireBytes
-from labtools.parallel.context import LAYOUTS, attend, block_attention, merge, pieces, positions, ring_attention
+from labtools.parallel.context import (LAYOUTS, SeqLayout, attend, block_attention, merge, pieces, positions,
+                                      ring_attention)
 from labtools.parallel.toolkit import device, rank, report_progress, world_size
 from lessons.context_parallel import Settings
 
@@ -41,7 +42,7 @@ def reference(S: Settings) -> dict[str, torch.Tensor]:
     return {"out": out.detach(), "q": q.grad, "k": k.grad, "v": v.grad}
 
 
-def _ring(S: Settings, layout: str, counter: dict | None) -> dict[str, torch.Tensor]:
+def _ring(S: Settings, layout: SeqLayout, counter: dict | None) -> dict[str, torch.Tensor]:
     q, k, v, R = tensors(S)
     pos = positions(S.seq, world_size(), rank(), layout)
     ql, kl, vl = (t[..., pos, :].clone().requires_grad_() for t in (q, k, v))
@@ -50,7 +51,15 @@ def _ring(S: Settings, layout: str, counter: dict | None) -> dict[str, torch.Ten
     return {"out": out.detach(), "q": ql.grad, "k": kl.grad, "v": vl.grad}
 
 
-def _torch_cp(S: Settings, ref: dict) -> dict:
+@dataclass(frozen=True)
+class TorchCP:
+    """torch's own context_parallel on this backend, tried."""
+    ran: bool
+    max_diff: float | None = None   # largest |difference| from one process's output, where it ran
+    error: str | None = None        # what it raised, where it did not
+
+
+def _torch_cp(S: Settings, ref: dict) -> TorchCP:
     """torch's context_parallel on this backend: did it run, and if so how far from one process's output."""
     try:
         from torch.distributed.device_mesh import init_device_mesh
@@ -61,9 +70,9 @@ def _torch_cp(S: Settings, ref: dict) -> dict:
         with context_parallel(mesh, buffers=[q, k, v], buffer_seq_dims=[2, 2, 2]):
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         (out,) = context_parallel_unshard(mesh, [out], [2])
-        return {"ran": True, "max_diff": (out - ref["out"]).abs().max().item()}
+        return TorchCP(ran=True, max_diff=(out - ref["out"]).abs().max().item())
     except Exception as e:  # noqa: BLE001 - what fails here is the finding
-        return {"ran": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"}
+        return TorchCP(ran=False, error=f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}")
 
 
 @contextmanager
@@ -84,7 +93,23 @@ def _reps(fn) -> int:
     return max(1, math.ceil(0.01 / max(time.thread_time() - t0, 1e-6)))
 
 
-def timings(S: Settings, c: int) -> dict:
+@dataclass(frozen=True)
+class BlockCosts:
+    """CPU seconds of one block of ring attention's work, by block length (s/c: contiguous's, s/2c: zig-zag's)."""
+    whole: dict[int, float]     # every key before every query
+    masked: dict[int, float]    # the diagonal: the mask built and applied
+    skipped: dict[int, float]   # every key after every query: only looked at
+    merge: dict[int, float]     # one merge of two partial results
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Each rank's forward work and what one block costs, timed in one process on one thread (best of rounds)."""
+    times: dict[SeqLayout, list[float]]   # per layout, each of c ranks' forward seconds, in rank order
+    block_costs: BlockCosts
+
+
+def timings(S: Settings, c: int) -> Timings:
     """In this process, on one thread, round after round: each of c ranks' forward work in both layouts (its ring
     steps' blocks, without the sends), and what one block costs at both layouts' block lengths — whole (every key
     before every query), masked (the diagonal: queries and keys at the same positions), skipped (every key after
@@ -127,18 +152,38 @@ def timings(S: Settings, c: int) -> dict:
                 for _ in range(reps[key]):
                     fn()
                 best[key] = min(best[key], (time.thread_time() - t0) / reps[key])
-    return {"times": {layout: [best[("work", layout, r)] for r in range(c)] for layout in LAYOUTS},
-            "block_costs": {kind: {str(n): best[(kind, n)] for n in (S.seq // c, S.seq // (2 * c))}
-                            for kind in ("whole", "masked", "skipped", "merge")}}
+    lengths = (S.seq // c, S.seq // (2 * c))
+    return Timings(times={layout: [best[("work", layout, r)] for r in range(c)] for layout in LAYOUTS},
+                   block_costs=BlockCosts(**{kind: {n: best[(kind, n)] for n in lengths}
+                                             for kind in ("whole", "masked", "skipped", "merge")}))
 
 
-def lesson_run(S: Settings) -> dict:
+@dataclass(frozen=True)
+class LayoutRun:
+    """One layout's ring attention on this rank: one forward and backward."""
+    positions: list[int]   # the sequence positions this rank holds
+    max_diff: float        # largest |difference| of the output and the q, k, v gradients from one process's
+    bytes: int             # bytes this rank sent, counted at the sends
+    sends: int             # blocks this rank passed on, forward and backward
+    wire: int | None       # bytes on the loopback interface, all ranks' (None where it cannot be read)
+    scores: int            # score entries this rank computed
+    saved: int             # bytes this rank keeps for backward beyond q, k, v
+
+
+@dataclass(frozen=True)
+class RingRun:
+    """One rank's ring attention in each layout, and torch's context_parallel tried."""
+    layouts: dict[SeqLayout, LayoutRun]
+    torch_cp: TorchCP
+
+
+def lesson_run(S: Settings) -> RingRun:
     """For each layout: parity with one process (output and gradients), bytes counted and on the wire for one
     forward and backward, score entries, the forward's work timed rank by rank, bytes kept for backward; then
     torch's context_parallel, tried."""
     c, r = world_size(), rank()
     ref = reference(S)
-    out = {"rank": r, "layouts": {}}
+    layouts = {}
     total, done = len(LAYOUTS), 0
     for layout in LAYOUTS:
         pos = positions(S.seq, c, r, layout)
@@ -152,11 +197,10 @@ def lesson_run(S: Settings) -> dict:
                                      exclude=[ql, kl, vl])
         done += 1
         report_progress(done, total, layout)
-        out["layouts"][layout] = {"positions": pos.tolist(), "max_diff": diff, "bytes": counter["bytes"],
-                                  "sends": counter["sends"], "wire": wire.bytes, "scores": counter["scores"],
-                                  "saved": sum(t.nbytes for t in saved)}
-    out["torch_cp"] = _torch_cp(S, ref)
-    return out
+        layouts[layout] = LayoutRun(positions=pos.tolist(), max_diff=diff, bytes=counter["bytes"],
+                                    sends=counter["sends"], wire=wire.bytes, scores=counter["scores"],
+                                    saved=sum(t.nbytes for t in saved))
+    return RingRun(layouts=layouts, torch_cp=_torch_cp(S, ref))
 
 
 def one_process_saved(S: Settings) -> int:
@@ -178,13 +222,20 @@ class MergeJob(Settings):
     name: str = "my_merge"
 
 
-def merge_on_ranks(job: MergeJob) -> dict:
+@dataclass(frozen=True)
+class MergeCheck:
+    """The learner's merge inside ring attention on this rank: how far from one process, or where it failed."""
+    difference: float | None = None   # largest |difference| of the output and gradients, both layouts
+    error: str | None = None          # where the learner's code failed (then no difference)
+
+
+def merge_on_ranks(job: MergeJob) -> MergeCheck:
     """Ring attention with the learner's merge, both layouts, against one process: the largest difference of the
     output and the gradients on this rank, or where the learner's code failed."""
     try:
         fn = load_function(job.source, job.name, {"torch": torch})
     except Exception as e:  # noqa: BLE001 - the learner's cell does not compile: say so, on every rank alike
-        return {"error": where_it_failed(e, f"<your {job.name}>")}
+        return MergeCheck(error=where_it_failed(e, f"<your {job.name}>"))
     ref, worst = reference(job), 0.0
     for layout in LAYOUTS:
         q, k, v, R = tensors(job)
@@ -194,7 +245,7 @@ def merge_on_ranks(job: MergeJob) -> dict:
             out = ring_attention(ql, kl, vl, pos, blocks=pieces(layout), merge_fn=fn)
             (out * R[..., pos, :]).sum().backward()
         except Exception as e:  # noqa: BLE001 - every rank runs the same code on the same shapes: all fail alike
-            return {"error": where_it_failed(e, f"<your {job.name}>")}
+            return MergeCheck(error=where_it_failed(e, f"<your {job.name}>"))
         got = {"out": out.detach(), "q": ql.grad, "k": kl.grad, "v": vl.grad}
         worst = max([worst] + [(got[key] - ref[key][..., pos, :]).abs().max().item() for key in got])
-    return {"difference": worst}
+    return MergeCheck(difference=worst)

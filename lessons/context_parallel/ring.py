@@ -2,6 +2,7 @@
 computes which blocks, work and time per rank, bytes predicted, counted and on the wire, what each rank keeps."""
 
 import functools
+from dataclasses import asdict, dataclass
 
 import ipywidgets as W
 import numpy as np
@@ -10,20 +11,32 @@ import plotly.graph_objects as go
 from labtools import plots
 from labtools.claims import Findings, Ledger, approx, at_least, at_most, between, is_true
 from labtools.parallel import launch
-from labtools.parallel.context import (LAYOUTS, block_counts, positions, predicted_bytes, predicted_saved,
+from labtools.parallel.context import (LAYOUTS, SeqLayout, block_counts, positions, predicted_bytes, predicted_saved,
                                       scores_per_rank)
 from labtools.widgets import Panel
 from lessons.context_parallel import Settings, ranks
+from lessons.context_parallel.ranks import BlockCosts, RingRun, Timings
+
+CONTIGUOUS, ZIGZAG = SeqLayout.CONTIGUOUS, SeqLayout.ZIGZAG
 
 
-def run(S: Settings) -> dict:
+@dataclass(frozen=True)
+class Runs:
+    """The lesson's runs: ring attention launched at each context-parallel size, and what was measured in this
+    process."""
+    by_c: dict[int, list[RingRun]]   # each size c's ranks, in rank order
+    one_process_saved: int           # bytes one process's attention keeps for backward
+    timed: Timings                   # each rank's forward work at the largest c, and what one block costs
+
+
+def run(S: Settings) -> Runs:
     """One launch per context-parallel size; then, in this process, one process's saved bytes for comparison, each
     rank's forward work at the largest size timed in turn, and what one block costs."""
     out = {c: launch(ranks.lesson_run, c, S, desc=f"context parallel × {c}", timeout_s=None) for c in S.worlds}
-    return {"c": out, "one_process_saved": ranks.one_process_saved(S), **ranks.timings(S, max(S.worlds))}
+    return Runs(by_c=out, one_process_saved=ranks.one_process_saved(S), timed=ranks.timings(S, max(S.worlds)))
 
 
-def _blocks(fig: go.Figure, c: int, layout: str, axis: str) -> None:
+def _blocks(fig: go.Figure, c: int, layout: SeqLayout, axis: str) -> None:
     """The causal attention matrix cut into 2c × 2c blocks (query block × key block), each coloured by the rank
     that computes it; the blocks above the diagonal are masked, and nobody computes them."""
     n = 2 * c
@@ -63,7 +76,7 @@ def layout_figure(c: int, s: int | None = None) -> go.Figure:
     for col, layout in enumerate(LAYOUTS, 1):
         _blocks(fig, c, layout, "" if col == 1 else str(col))
         work = scores_per_rank(s, c, layout)
-        fig.add_trace(go.Bar(x=list(range(c)), y=[w / max(work) for w in work], name=layout,
+        fig.add_trace(go.Bar(x=list(range(c)), y=[w / max(work) for w in work], name=str(layout),
                              marker_color=["#444444", "#bbbbbb"][col - 1], xaxis="x3", yaxis="y3"))
     return fig
 
@@ -74,31 +87,32 @@ def layout_panel(S: Settings) -> Panel:
     return Panel(lambda c: layout_figure(c), {"c": control}, title="Split the sequence over more ranks")
 
 
-def balance_figure(r: dict, S: Settings) -> go.Figure:
+def balance_figure(r: Runs, S: Settings) -> go.Figure:
     """Per rank at the largest c: score entries computed (counted) and forward seconds (measured, each rank's work in
     turn in one process), each as a share of the busiest rank's, contiguous and zig-zag."""
     c = max(S.worlds)
-    res = r["c"][c]
+    res = r.by_c[c]
     fig = plots.subplots(1, 2, ["score entries computed (counted)", "forward time of each rank's work (measured)"],
                          height=340, title=f"Work per rank, c = {c}: contiguous vs zig-zag")
     for i, layout in enumerate(LAYOUTS):
-        for col, vals in ((1, [x["layouts"][layout]["scores"] for x in res]), (2, r["times"][layout])):
-            fig.add_trace(go.Bar(x=[f"rank {x['rank']}" for x in res], y=[v / max(vals) for v in vals], name=layout,
-                                 marker_color=plots.color(i), showlegend=col == 1, offsetgroup=layout),
+        for col, vals in ((1, [x.layouts[layout].scores for x in res]), (2, r.timed.times[layout])):
+            fig.add_trace(go.Bar(x=[f"rank {k}" for k in range(len(res))], y=[v / max(vals) for v in vals],
+                                 name=str(layout), marker_color=plots.color(i), showlegend=col == 1,
+                                 offsetgroup=str(layout)),
                           row=1, col=col)
     fig.update_yaxes(title_text="÷ the busiest rank", range=[0, 1.05])
     fig.update_layout(barmode="group")
     return fig
 
 
-def bytes_table(r: dict, S: Settings) -> go.Figure:
+def bytes_table(r: Runs, S: Settings) -> go.Figure:
     rows = []
-    for c, res in r["c"].items():
+    for c, res in r.by_c.items():
         pred = predicted_bytes(1, S.heads, S.seq, S.head_dim, c)
         for layout in LAYOUTS:
-            counted = sum(x["layouts"][layout]["bytes"] for x in res)
-            wire = res[0]["layouts"][layout]["wire"]
-            rows.append([c, layout, f"{pred * c:,}", f"{counted:,}", "—" if wire is None else f"{wire:,}"])
+            counted = sum(x.layouts[layout].bytes for x in res)
+            wire = res[0].layouts[layout].wire
+            rows.append([c, str(layout), f"{pred * c:,}", f"{counted:,}", "—" if wire is None else f"{wire:,}"])
     return plots.table(["c", "layout", "predicted, c ranks × 2(c−1)·2b(s/c)h·4", "counted at the sends",
                         "on the wire (loopback)"], rows, title="Bytes all ranks sent, one forward and backward")
 
@@ -107,16 +121,16 @@ def _ratio(vals: list[float]) -> float:
     return max(vals) / min(vals)
 
 
-def parity_findings(ledger: Ledger, r: dict, S: Settings) -> Findings:
+def parity_findings(ledger: Ledger, r: Runs, S: Settings) -> Findings:
     diffs, wires, details = {}, {}, []
-    for c, res in r["c"].items():
-        diffs[c] = max(x["layouts"][layout]["max_diff"] for x in res for layout in LAYOUTS)
+    for c, res in r.by_c.items():
+        diffs[c] = max(x.layouts[layout].max_diff for x in res for layout in LAYOUTS)
         pred = predicted_bytes(1, S.heads, S.seq, S.head_dim, c)
-        counted = [x["layouts"][layout]["bytes"] for x in res for layout in LAYOUTS]
+        counted = [x.layouts[layout].bytes for x in res for layout in LAYOUTS]
         ledger.add(f"bytes_counted_{c}", f"c = {c}: each rank sent 2(c−1) key/value blocks (bytes counted at the "
                    "sends, every rank and layout, = the formula)", all(b == pred for b in counted), is_true(),
                    kind="counted", detail=True)
-        wire = res[0]["layouts"]["zigzag"]["wire"]
+        wire = res[0].layouts[ZIGZAG].wire
         if wire is not None:
             wires[c] = wire / (pred * c)
         details.append(f"| {c} | {diffs[c]:.0e} | {pred:,} | " + ("—" if wire is None else f"{wires[c]:.2f}") + " |")
@@ -135,108 +149,101 @@ def parity_findings(ledger: Ledger, r: dict, S: Settings) -> Findings:
         + "\n".join(details)])
 
 
-def predicted_busiest(r: dict, S: Settings) -> dict[str, float]:
+def predicted_busiest(costs: BlockCosts, S: Settings) -> dict[SeqLayout, float]:
     """Per layout at the largest c: the busiest rank's forward seconds predicted from the blocks it computes
     (labtools.parallel.context.block_counts) at each block's measured cost, merges included."""
     c = max(S.worlds)
-    costs = r["block_costs"]
     out = {}
     for layout in LAYOUTS:
         per_rank = []
         for rank in range(c):
-            t = 0.0
-            for key, count in block_counts(S.seq, c, rank, layout).items():
-                if key[0] == "merges":
-                    t += count * costs["merge"][str(key[1])]
-                elif key[0] == "skipped":
-                    t += count * costs["skipped"][str(key[1])]
-                else:
-                    t += count * costs["masked" if key[1] else "whole"][str(key[0])]
-            per_rank.append(t)
+            b = block_counts(S.seq, c, rank, layout)
+            n = b.length
+            per_rank.append(b.whole * costs.whole[n] + b.masked * costs.masked[n] + b.skipped * costs.skipped[n]
+                            + b.merges * costs.merge[n])
         out[layout] = max(per_rank)
     return out
 
 
-def balance_findings(ledger: Ledger, r: dict, S: Settings, redraw_ms: float) -> Findings:
+def balance_findings(ledger: Ledger, r: Runs, S: Settings, redraw_ms: float) -> Findings:
     ledger.add("layout_panel_fast", "The layout panel redraws in ≤ 100 ms (median)", redraw_ms, at_most(100),
                kind="measured", detail=True)
     c = max(S.worlds)
-    res = r["c"][c]
-    costs = r["block_costs"]
-    work = {layout: _ratio([x["layouts"][layout]["scores"] for x in res]) for layout in LAYOUTS}
-    time = {layout: _ratio(r["times"][layout]) for layout in LAYOUTS}
+    res = r.by_c[c]
+    costs = r.timed.block_costs
+    work = {layout: _ratio([x.layouts[layout].scores for x in res]) for layout in LAYOUTS}
+    time = {layout: _ratio(r.timed.times[layout]) for layout in LAYOUTS}
     ledger.add("work_contiguous", f"c = {c}, contiguous: the last rank computes c times the first's score entries "
-               "(busiest ÷ least busy)", work["contiguous"], approx(c, abs=1e-9), kind="counted")
-    ledger.add("work_zigzag", f"c = {c}, zig-zag: every rank computes the same (busiest ÷ least busy)", work["zigzag"],
+               "(busiest ÷ least busy)", work[CONTIGUOUS], approx(c, abs=1e-9), kind="counted")
+    ledger.add("work_zigzag", f"c = {c}, zig-zag: every rank computes the same (busiest ÷ least busy)", work[ZIGZAG],
                approx(1.0, abs=1e-9), kind="counted")
     ledger.add("time_zigzag", f"c = {c}, zig-zag: the ranks' forward times within 30% of each other (busiest ÷ "
-               "least busy; each rank's work timed in turn in one process, best of rounds)", time["zigzag"],
+               "least busy; each rank's work timed in turn in one process, best of rounds)", time[ZIGZAG],
                at_most(1.3), kind="measured")
     ledger.add("time_contiguous", f"c = {c}, contiguous: the busiest rank's forward takes at least 1.5× the least "
                "busy one's (less than the c× of its scores: every rank also computes a masked diagonal block)",
-               time["contiguous"], at_least(1.5), kind="measured")
-    small = str(S.seq // (2 * c))
-    diagonal = costs["masked"][small] / costs["whole"][small]
+               time[CONTIGUOUS], at_least(1.5), kind="measured")
+    small, large = S.seq // (2 * c), S.seq // c
+    diagonal = costs.masked[small] / costs.whole[small]
     ledger.add("diagonal_costs_more", "A masked diagonal block costs more than a whole block of the same size: "
                "the mask is built and applied (masked ÷ whole, zig-zag's block size, best of rounds)", diagonal,
                at_least(1.3), kind="measured")
-    slowest = {layout: max(r["times"][layout]) for layout in LAYOUTS}
-    measured = slowest["zigzag"] / slowest["contiguous"]
-    pred = predicted_busiest(r, S)
-    predicted = pred["zigzag"] / pred["contiguous"]
+    slowest = {layout: max(r.timed.times[layout]) for layout in LAYOUTS}
+    measured = slowest[ZIGZAG] / slowest[CONTIGUOUS]
+    pred = predicted_busiest(costs, S)
+    predicted = pred[ZIGZAG] / pred[CONTIGUOUS]
     # ±25%, set before the first run: the model leaves out the loop's Python and the final concatenation. Costing
     # blocks by their score entries alone predicts about half of contiguous's time for zig-zag, and misses by far.
     ledger.add("block_costs_explain", f"c = {c}: the busiest ranks' forward times, zig-zag ÷ contiguous, follow from "
                "the blocks each computes, skips and merges at their measured costs (predicted ÷ measured)",
                predicted / measured, approx(1.0, abs=0.25), kind="measured")
-    ledger.note("zigzag_over_contiguous", {"measured": measured, "predicted": predicted, "block_costs": costs})
+    ledger.note("zigzag_over_contiguous", {"measured": measured, "predicted": predicted, "block_costs": asdict(costs)})
     verdict = "faster" if measured < 1 else "slower"
     return Findings([
         f"Because the last rank's queries see every key and the first rank's only their own: with contiguous "
-        f"blocks the last computes **{work['contiguous']:.0f}×** the first's scores. Zig-zag gives every rank an "
+        f"blocks the last computes **{work[CONTIGUOUS]:.0f}×** the first's scores. Zig-zag gives every rank an "
         "early and a late block: equal work, and equal time.",
         f"Whether zig-zag also shortens the step depends on the blocks: here its busiest rank was "
         f"**{measured:.2f}×** contiguous's time ({verdict}). It runs twice as many blocks, half as long, and two "
-        "masked diagonal blocks instead of one" + ("; with the `cpu` profile's longer sequence its blocks are large "
-                                                  "enough for it to be the faster." if measured > 1 else "."),
+        "masked diagonal blocks instead of one" + ("; at the `cpu` profile's longer sequence, larger blocks make it the "
+                                                  "faster." if measured > 1 else "."),
         f"Timed one by one, a masked diagonal block costs **{diagonal:.1f}×** a whole one, and the blocks' costs "
         "add up to what the ranks took.",
     ], [
-        f"c = {c}, contiguous: the busiest rank took {time['contiguous']:.1f}× the least busy one's time, less than "
-        f"its {work['contiguous']:.0f}× scores.",
-        f"Zig-zag: {work['zigzag']:.2f}× in scores, {time['zigzag']:.2f}× in time (busiest ÷ least busy).",
+        f"c = {c}, contiguous: the busiest rank took {time[CONTIGUOUS]:.1f}× the least busy one's time, less than "
+        f"its {work[CONTIGUOUS]:.0f}× scores.",
+        f"Zig-zag: {work[ZIGZAG]:.2f}× in scores, {time[ZIGZAG]:.2f}× in time (busiest ÷ least busy).",
         f"Busiest rank, zig-zag ÷ contiguous: {measured:.2f} measured, {predicted:.2f} predicted from the blocks' "
         "costs.",
         "| block | contiguous | zig-zag |\n|---|---|---|\n"
-        f"| length | {S.seq // c} | {small} |\n"
-        f"| whole block, µs | {costs['whole'][str(S.seq // c)] * 1e6:.0f} | {costs['whole'][small] * 1e6:.0f} |\n"
-        f"| masked diagonal block, µs | {costs['masked'][str(S.seq // c)] * 1e6:.0f} | "
-        f"{costs['masked'][small] * 1e6:.0f} |\n"
-        f"| skipped block, µs | {costs['skipped'][str(S.seq // c)] * 1e6:.0f} | {costs['skipped'][small] * 1e6:.0f} |\n"
-        f"| merge, µs | {costs['merge'][str(S.seq // c)] * 1e6:.0f} | {costs['merge'][small] * 1e6:.0f} |",
+        f"| length | {large} | {small} |\n"
+        f"| whole block, µs | {costs.whole[large] * 1e6:.0f} | {costs.whole[small] * 1e6:.0f} |\n"
+        f"| masked diagonal block, µs | {costs.masked[large] * 1e6:.0f} | {costs.masked[small] * 1e6:.0f} |\n"
+        f"| skipped block, µs | {costs.skipped[large] * 1e6:.0f} | {costs.skipped[small] * 1e6:.0f} |\n"
+        f"| merge, µs | {costs.merge[large] * 1e6:.0f} | {costs.merge[small] * 1e6:.0f} |",
     ])
 
 
-def memory_findings(ledger: Ledger, r: dict, S: Settings) -> Findings:
+def memory_findings(ledger: Ledger, r: Runs, S: Settings) -> Findings:
     c = max(S.worlds)
-    res = r["c"][c]
-    one = r["one_process_saved"]
-    kept = {layout: max(x["layouts"][layout]["saved"] for x in res) / one for layout in LAYOUTS}
+    res = r.by_c[c]
+    one = r.one_process_saved
+    kept = {layout: max(x.layouts[layout].saved for x in res) / one for layout in LAYOUTS}
     ledger.add("memory_split", f"c = {c}: the busiest rank keeps at most 1.5/c of what one process keeps for "
-               "backward (contiguous; ratio)", kept["contiguous"], at_most(1.5 / c), kind="measured")
-    worst = max(x["layouts"][layout]["saved"] / predicted_saved(x["layouts"][layout]["scores"], S.heads)
+               "backward (contiguous; ratio)", kept[CONTIGUOUS], at_most(1.5 / c), kind="measured")
+    worst = max(x.layouts[layout].saved / predicted_saved(x.layouts[layout].scores, S.heads)
                 for x in res for layout in LAYOUTS)
     ledger.add("memory_predicted", f"c = {c}: each rank keeps the 2·a·4 bytes per score entry it computed, plus less "
                "than as much again in blocks received, log-sum-exps and masks (largest measured ÷ predicted, both "
                "layouts)", worst, between(1.0, 1.6), kind="measured")
-    cp = res[0]["torch_cp"]
-    ledger.note("torch_cp", cp)
+    cp = res[0].torch_cp
+    ledger.note("torch_cp", asdict(cp))
     return Findings([
-        f"Only the weights of the blocks it computed: the busiest rank keeps **{kept['contiguous']:.2f}** of what "
+        f"Only the weights of the blocks it computed: the busiest rank keeps **{kept[CONTIGUOUS]:.2f}** of what "
         f"one process keeps with contiguous blocks, and less with zig-zag, about 1/c each.",
     ], [
         f"Kept for backward by the busiest rank, as a share of one process's {one / 2**20:.1f} MiB: contiguous "
-        f"{kept['contiguous']:.2f}, zig-zag {kept['zigzag']:.2f}.",
-        f"PyTorch's `context_parallel` ran here and matched one process to {cp['max_diff']:.0e}." if cp["ran"] else
-        f"PyTorch's `context_parallel` did not run here: {cp['error'].rstrip('.')}.",
+        f"{kept[CONTIGUOUS]:.2f}, zig-zag {kept[ZIGZAG]:.2f}.",
+        f"PyTorch's `context_parallel` ran here and matched one process to {cp.max_diff:.0e}." if cp.ran else
+        f"PyTorch's `context_parallel` did not run here: {cp.error.rstrip('.')}.",
     ])
