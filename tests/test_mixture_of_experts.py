@@ -8,7 +8,9 @@ import torch
 
 from labtools import moe
 from labtools.claims import Ledger
+from labtools.layout import moe_model_states
 from labtools.model import GPTConfig
+from labtools.shapes import DEEPSEEK_V3
 
 
 def test_routing_keeps_first_choices_before_second_and_earlier_tokens_first():
@@ -86,9 +88,9 @@ def test_the_published_shapes_give_the_published_totals():
     ledger = Ledger("t")
     scale.findings(ledger, scale.rows())
     assert ledger.all_passed, ledger.to_text()
-    assert scale.model_states(scale.DEEPSEEK_V3, 16, 64, 128) < 80e9 < scale.model_states(scale.DEEPSEEK_V3, 16, 1, 128)
+    assert moe_model_states(DEEPSEEK_V3, 16, 64, 128) < 80e9 < moe_model_states(DEEPSEEK_V3, 16, 1, 128)
     with pytest.raises(ValueError, match="ep"):
-        scale.model_states(scale.DEEPSEEK_V3, 16, 3, 128)
+        moe_model_states(DEEPSEEK_V3, 16, 3, 128)
 
 
 @pytest.mark.parametrize("kw, match", [(dict(top_k=5), "TOP_K"), (dict(n_experts=6, ep=4), "N_EXPERTS"),
@@ -106,10 +108,10 @@ def test_expert_parallelism_on_two_ranks_equals_one_process(session_run_root):
     S = settings("smoke", ep_tokens=32)
     res = experts.run(S)
     assert wait_gone(session_run_root) == []
-    assert all(max(x["max_diff"].values()) < 1e-5 and x["others_untouched"] for x in res)
+    assert all(x.max_diff.largest() < 1e-5 and x.others_untouched for x in res)
     # what a rank handed all-to-all: its assignments kept for the other rank's experts, there and back, twice
     for x in res:
-        assert x["bytes"] > 0 and x["bytes"] % (4 * 4 * S.n_embd) == 0
+        assert x.bytes > 0 and x.bytes % (4 * 4 * S.n_embd) == 0
     ledger = Ledger("t")
     experts.findings(ledger, res, S)
     # the wire is left to the lesson, which runs with nothing else on the loopback interface; here the browser

@@ -78,7 +78,33 @@ def expert_forward(m: MoEMLP, x: torch.Tensor, counter: dict, group=None) -> tor
     return torch.zeros_like(x).index_add(0, token, y_send * gate[:, None])
 
 
-def expert_parallel(job: ExpertJob) -> dict:
+@dataclass(frozen=True)
+class Differences:
+    """Largest |difference| from one process's MoE layer, on this rank."""
+    out: float       # the layer's output
+    x: float         # the gradient of the tokens
+    router: float    # the router's gradient, summed over every rank's tokens
+    experts: float   # this rank's experts' gradients, summed over every rank's tokens
+
+    def largest(self) -> float:
+        return max(self.out, self.x, self.router, self.experts)
+
+
+@dataclass(frozen=True)
+class ExpertRun:
+    """One rank's expert-parallel MoE layer: parity with one process, and what it sent."""
+    ep_rank: int              # this rank's place in its expert-parallel group
+    dp: int                   # expert-parallel groups (data-parallel replicas)
+    ep: int                   # ranks per group
+    max_diff: Differences
+    others_untouched: bool    # no gradient reached the experts this rank does not hold
+    bytes: int                # handed to all-to-all for other ranks, one forward and backward
+    kept: int                 # token-expert assignments kept within capacity
+    wire: int | None          # bytes on the loopback interface, all ranks' (None where it cannot be read)
+    load: list[int]           # assignments per expert of this rank's tokens, capacity unlimited
+
+
+def expert_parallel(job: ExpertJob) -> ExpertRun:
     """One process's MoE layer on this rank's tokens (all experts here) against the expert-parallel one, its groups
     of ep = world / dp ranks data-parallel replicas of each other: output, the gradient of the tokens, and the
     router's and every expert's gradient summed over all ranks' tokens (the data-parallel all-reduce); bytes this
@@ -118,10 +144,10 @@ def expert_parallel(job: ExpertJob) -> dict:
     expert_diff = max((grads[e] - ref_experts[offsets[e]:offsets[e] + sizes[e]]).abs().max().item() for e in mine)
     untouched = all(p.grad is None for e in range(job.n_experts) if e not in mine for p in m.experts[e].parameters())
     load = torch.bincount(route(m.router(x), job.top_k, 10**9).expert.reshape(-1), minlength=job.n_experts)
-    return {"rank": rank(), "ep_rank": r, "dp": job.dp, "ep": ep,
-            "max_diff": {"out": (out - ref).abs().max().item(), "x": (xe.grad - ref_x).abs().max().item(),
-                         "router": (m.router.weight.grad - ref_router).abs().max().item(), "experts": expert_diff},
-            "others_untouched": untouched,
-            "bytes": 2 * counter["forward"],  # backward sends the gradients back the same way
-            "kept": counter["kept"], "wire": wire.bytes,
-            "load": load.tolist(), "backend": dist.get_backend()}
+    return ExpertRun(ep_rank=r, dp=job.dp, ep=ep,
+                     max_diff=Differences(out=(out - ref).abs().max().item(), x=(xe.grad - ref_x).abs().max().item(),
+                                          router=(m.router.weight.grad - ref_router).abs().max().item(),
+                                          experts=expert_diff),
+                     others_untouched=untouched,
+                     bytes=2 * counter["forward"],  # backward sends the gradients back the same way
+                     kept=counter["kept"], wire=wire.bytes, load=load.tolist())
