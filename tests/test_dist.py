@@ -292,9 +292,9 @@ def test_an_elastic_run_with_a_killed_rank_ends_bitwise_equal_to_an_uninterrupte
                     show_progress=False, keep_dir=True)
     run_dirs = list(Path(os.environ["LABTOOLS_RUN_ROOT"]).glob("labtools-run-*"))
     try:
-        assert [r["restarts"] for r in killed] == [1, 1] and killed[0]["dist"]["restarts"] == 1
-        assert killed[0]["resumed_from"] == 6
-        assert killed[0]["digest"] == whole[0]["digest"] and killed[0]["losses"] == whole[0]["losses"]
+        assert [r.restarts for r in killed] == [1, 1] and killed.dist[0].restarts == 1
+        assert killed[0].resumed_from == 6
+        assert killed[0].digest == whole[0].digest and killed[0].losses == whole[0].losses
         assert any(d.glob("rank*.attempt0.error.json") for d in run_dirs), "the first attempt left no error file"
     finally:
         assert wait_gone(Path(os.environ["LABTOOLS_RUN_ROOT"])) == []

@@ -48,7 +48,19 @@ def _full_digest(model, opt) -> tuple[str, str]:
     return checkpoint.digest(model_sd), checkpoint.digest(optim_sd)
 
 
-def sharded_save(job: ShardJob) -> dict:
+@dataclass(frozen=True)
+class Saved:
+    """One rank's sharded save: how long each way of saving took, and the whole state's digests."""
+    blocking_s: float       # dcp.save, until it returned (written)
+    async_return_s: float   # dcp.async_save, until the call returned (staged)
+    async_done_s: float     # dcp.async_save, until its write finished
+    model_digest: str       # sha256 of the whole (gathered) model, the same on every rank
+    optim_digest: str       # ... and of the whole optimizer state
+    local_param_bytes: int  # the bytes of parameters this rank holds
+    files: list[str]        # what the blocking save wrote (rank 0; empty on the others)
+
+
+def sharded_save(job: ShardJob) -> Saved:
     """FSDP2 training for job.steps steps, then the model + optimizer saved with dcp.save (blocking) and with
     dcp.async_save (the call returns once the state is staged; the write finishes in the background)."""
     _check_directory(job.directory)
@@ -60,26 +72,34 @@ def sharded_save(job: ShardJob) -> dict:
         report_progress(step + 1, job.steps, "training")
     model_sd, optim_sd = get_state_dict(model, opt)  # this rank's shards, as DTensors
     state = {"model": model_sd, "optim": optim_sd}
-    times = {}
-    for kind in ("blocking", "async"):
-        dist.barrier()
-        t0 = time.perf_counter()
-        if kind == "blocking":
-            dcp.save(state, checkpoint_id=str(Path(job.directory) / kind))
-            times["blocking_s"] = time.perf_counter() - t0
-        else:
-            future = dcp.async_save(state, checkpoint_id=str(Path(job.directory) / kind))
-            times["async_return_s"] = time.perf_counter() - t0
-            future.result()
-            times["async_done_s"] = time.perf_counter() - t0
+    dist.barrier()
+    t0 = time.perf_counter()
+    dcp.save(state, checkpoint_id=str(Path(job.directory) / "blocking"))
+    blocking_s = time.perf_counter() - t0
+    dist.barrier()
+    t0 = time.perf_counter()
+    future = dcp.async_save(state, checkpoint_id=str(Path(job.directory) / "async"))
+    async_return_s = time.perf_counter() - t0
+    future.result()
+    async_done_s = time.perf_counter() - t0
     dist.barrier()
     model_digest, optim_digest = _full_digest(model, opt)
     own = sum(t.to_local().numel() * t.element_size() for t in model.parameters())
-    return dict(times, model_digest=model_digest, optim_digest=optim_digest, local_param_bytes=own,
-                files=sorted(p.name for p in (Path(job.directory) / "blocking").iterdir()) if rank() == 0 else [])
+    return Saved(blocking_s=blocking_s, async_return_s=async_return_s, async_done_s=async_done_s,
+                 model_digest=model_digest, optim_digest=optim_digest, local_param_bytes=own,
+                 files=sorted(p.name for p in (Path(job.directory) / "blocking").iterdir()) if rank() == 0 else [])
 
 
-def sharded_load(job: ShardJob) -> dict:
+@dataclass(frozen=True)
+class Loaded:
+    """One rank's load of the sharded checkpoint at another world size, and the training step after it."""
+    model_digest: str   # sha256 of the whole (gathered) model loaded, the same on every rank
+    optim_digest: str   # ... and of the whole optimizer state
+    load_s: float       # dcp.load and set_state_dict
+    next_loss: float    # the loss of one more training step from the loaded state
+
+
+def sharded_load(job: ShardJob) -> Loaded:
     """Load what sharded_save wrote (at any world size) into a fresh FSDP2 model + optimizer at this world size:
     DCP reads the slices of the saved shards each rank now owns. Then one more training step."""
     _check_directory(job.directory)
@@ -93,7 +113,7 @@ def sharded_load(job: ShardJob) -> dict:
     model_digest, optim_digest = _full_digest(model, opt)
     X, Y = global_batch(job, torch.Generator().manual_seed(job.seed + 1), world_size() * job.batch_size)
     loss = train_step(model, opt, [(rank_rows(X), rank_rows(Y))])
-    return {"model_digest": model_digest, "optim_digest": optim_digest, "load_s": load_s, "next_loss": loss}
+    return Loaded(model_digest=model_digest, optim_digest=optim_digest, load_s=load_s, next_loss=loss)
 
 
 # --- elastic restart ----------------------------------------------------------------------------------------------
@@ -113,7 +133,16 @@ class ElasticJob(LabConfig):
             raise ValueError(f"kill_at must be in [0, steps), got {self.kill_at!r}")
 
 
-def elastic(job: ElasticJob) -> dict:
+@dataclass(frozen=True)
+class ElasticRun:
+    """One rank's elastic DDP run, from its last attempt."""
+    digest: str          # sha256 of the final parameters
+    losses: list[float]  # every step's loss, from step 1 (the steps before a resume come from the checkpoint)
+    resumed_from: int    # the step this attempt resumed from (0: it started afresh)
+    restarts: int        # torchrun's restarts before this attempt
+
+
+def elastic(job: ElasticJob) -> ElasticRun:
     """DDP training that checkpoints every job.every steps and, started again by torchrun after a failure,
     resumes from the newest checkpoint that verifies. Returns the final parameters' digest and every loss."""
     _check_directory(job.directory)
@@ -139,8 +168,8 @@ def elastic(job: ElasticJob) -> dict:
                                 rng=checkpoint.rng_state(g), losses=losses)
             dist.barrier()  # nobody runs ahead of a checkpoint that is not yet on disk
         report_progress(step + 1, job.steps, f"attempt {restart_count()}")
-    return {"digest": checkpoint.digest(model.module.state_dict()), "losses": losses, "resumed_from": start,
-            "restarts": restart_count()}
+    return ElasticRun(digest=checkpoint.digest(model.module.state_dict()), losses=losses, resumed_from=start,
+                      restarts=restart_count())
 
 
 # --- a saver to kill ----------------------------------------------------------------------------------------------

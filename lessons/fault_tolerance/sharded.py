@@ -1,5 +1,6 @@
 """Lesson 11, sections 4–5: sharded checkpoints saved on N ranks and loaded on M, and an elastic restart."""
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ from labtools.claims import Findings, Ledger, approx, is_true
 from labtools.config import derive
 from labtools.parallel import launch
 from lessons.fault_tolerance import Settings, ranks
-from lessons.fault_tolerance.ranks import ElasticJob, ShardJob
+from lessons.fault_tolerance.ranks import ElasticJob, ElasticRun, Loaded, Saved, ShardJob
 
 
 def shard_job(S: Settings, directory: Path) -> ShardJob:
@@ -22,44 +23,57 @@ def elastic_job(S: Settings, directory: Path, kill: bool) -> ElasticJob:
                   every=max(1, S.elastic_steps // 4), kill_at=S.kill_at if kill else 0)
 
 
-def run(S: Settings, workdir: Path) -> dict:
+@dataclass(frozen=True)
+class Resharded:
+    """The sharded checkpoint's two launches, each rank's result in rank order."""
+    saved: list[Saved]      # S.save_world ranks: trained and saved
+    loaded: list[Loaded]    # S.load_world ranks: loaded and trained on
+
+
+@dataclass(frozen=True)
+class Elastic:
+    """The elastic run twice, each rank's result in rank order."""
+    whole: list[ElasticRun]     # uninterrupted
+    killed: list[ElasticRun]    # rank 1 SIGKILLed, the group restarted by torchrun
+
+
+def run(S: Settings, workdir: Path) -> Resharded:
     d = workdir / "dcp"
     d.mkdir()
     saved = launch(ranks.sharded_save, S.save_world, shard_job(S, d), desc=f"FSDP × {S.save_world}: train, save",
                    timeout_s=None)
     loaded = launch(ranks.sharded_load, S.load_world, shard_job(S, d), desc=f"FSDP × {S.load_world}: load",
                     timeout_s=None)
-    return {"saved": saved, "loaded": loaded}
+    return Resharded(saved=saved, loaded=loaded)
 
 
-def run_elastic(S: Settings, workdir: Path) -> dict:
-    out = {}
+def run_elastic(S: Settings, workdir: Path) -> Elastic:
+    runs = []
     for kill in (False, True):
         d = workdir / f"elastic_{'killed' if kill else 'whole'}"
         d.mkdir()
-        out["killed" if kill else "whole"] = launch(
-            ranks.elastic, 2, elastic_job(S, d, kill), max_restarts=1 if kill else 0, timeout_s=None,
-            desc="DDP × 2, rank 1 killed" if kill else "DDP × 2, uninterrupted")
-    return out
+        runs.append(launch(ranks.elastic, 2, elastic_job(S, d, kill), max_restarts=1 if kill else 0, timeout_s=None,
+                           desc="DDP × 2, rank 1 killed" if kill else "DDP × 2, uninterrupted"))
+    return Elastic(whole=runs[0], killed=runs[1])
 
 
-def findings(ledger: Ledger, S: Settings, sh: dict) -> Findings:
-    s, ld = sh["saved"][0], sh["loaded"][0]
-    same = s["model_digest"] == ld["model_digest"] and s["optim_digest"] == ld["optim_digest"]
+def findings(ledger: Ledger, S: Settings, sh: Resharded) -> Findings:
+    s, ld = sh.saved[0], sh.loaded[0]
+    same = s.model_digest == ld.model_digest and s.optim_digest == ld.optim_digest
     ledger.add("reshard_model", f"Saved at {S.save_world} ranks, loaded at {S.load_world}: the whole model is bitwise "
-               "the saved one (sha256 of the gathered tensors, measured)", s["model_digest"] == ld["model_digest"],
+               "the saved one (sha256 of the gathered tensors, measured)", s.model_digest == ld.model_digest,
                is_true(), kind="measured")
     ledger.add("reshard_optim", f"Saved at {S.save_world} ranks, loaded at {S.load_world}: the optimizer state is "
-               "bitwise the saved one (measured)", s["optim_digest"] == ld["optim_digest"], is_true(),
+               "bitwise the saved one (measured)", s.optim_digest == ld.optim_digest, is_true(),
                kind="measured", detail=True)
     ledger.add("one_file_per_rank", f"DCP wrote one shard file per saving rank ({S.save_world}) plus .metadata "
-               "(counted)", len([f for f in s["files"] if f.endswith(".distcp")]), approx(S.save_world, abs=0),
+               "(counted)", len([f for f in s.files if f.endswith(".distcp")]), approx(S.save_world, abs=0),
                kind="measured", detail=True)
-    blocking = float(np.median([r["blocking_s"] for r in sh["saved"]]))
-    ret = float(np.median([r["async_return_s"] for r in sh["saved"]]))
-    done = float(np.median([r["async_done_s"] for r in sh["saved"]]))
+    blocking = float(np.median([r.blocking_s for r in sh.saved]))
+    ret = float(np.median([r.async_return_s for r in sh.saved]))
+    done = float(np.median([r.async_done_s for r in sh.saved]))
     ledger.note("dcp_seconds", {"blocking": blocking, "async_return": ret, "async_done": done})
-    files = ", ".join(f"`{f}`" for f in s["files"])
+    files = ", ".join(f"`{f}`" for f in s.files)
     return Findings([
         f"Yes: each of the {S.save_world} ranks wrote only its own shards, and {S.load_world} ranks read back the "
         "slices their layout needs"
@@ -67,29 +81,29 @@ def findings(ledger: Ledger, S: Settings, sh: dict) -> Findings:
            ", but the state they gathered differs from the saved one."),
     ], [
         f"Files: {files}; the coordinator wrote `.metadata` last.",
-        f"Training went on from the loaded state: next loss {ld['next_loss']:.3f}.",
+        f"Training went on from the loaded state: next loss {ld.next_loss:.3f}.",
         f"Timed here (median over ranks): blocking `dcp.save` {blocking * 1e3:.0f} ms; `dcp.async_save` returned "
         f"after {ret * 1e3:.0f} ms and finished after {done * 1e3:.0f} ms. At this size fixed costs dominate.",
     ])
 
 
-def elastic_figure(el: dict) -> go.Figure:
-    whole, killed = el["whole"][0], el["killed"][0]
-    fig = go.Figure([go.Scatter(x=list(range(1, len(whole["losses"]) + 1)), y=whole["losses"], name="uninterrupted",
+def elastic_figure(el: Elastic) -> go.Figure:
+    whole, killed = el.whole[0], el.killed[0]
+    fig = go.Figure([go.Scatter(x=list(range(1, len(whole.losses) + 1)), y=whole.losses, name="uninterrupted",
                                 line=dict(color=plots.color(0))),
-                     go.Scatter(x=list(range(1, len(killed["losses"]) + 1)), y=killed["losses"],
-                                name=f"rank 1 killed, restarted {killed['restarts']}×",
+                     go.Scatter(x=list(range(1, len(killed.losses) + 1)), y=killed.losses,
+                                name=f"rank 1 killed, restarted {killed.restarts}×",
                                 line=dict(color=plots.color(1), dash="dot"))])
-    fig.add_vline(x=killed["resumed_from"], line=dict(color="grey", dash="dash"),
-                  annotation_text=f"resumed from step {killed['resumed_from']}")
+    fig.add_vline(x=killed.resumed_from, line=dict(color="grey", dash="dash"),
+                  annotation_text=f"resumed from step {killed.resumed_from}")
     return plots.style(fig, "Elastic DDP: a rank SIGKILLed, torchrun restarts the group", "step", "training loss")
 
 
-def elastic_findings(ledger: Ledger, S: Settings, el: dict) -> Findings:
-    whole, killed = el["whole"], el["killed"]
+def elastic_findings(ledger: Ledger, S: Settings, el: Elastic) -> Findings:
+    whole, killed = el.whole, el.killed
     ledger.add("elastic_restarts", "torchrun restarted the group once after the SIGKILL (each rank's restart count, "
-               "measured)", min(r["restarts"] for r in killed), approx(1, abs=0), kind="measured", detail=True)
-    same = killed[0]["digest"] == whole[0]["digest"] and killed[0]["losses"] == whole[0]["losses"]
+               "measured)", min(r.restarts for r in killed), approx(1, abs=0), kind="measured", detail=True)
+    same = killed[0].digest == whole[0].digest and killed[0].losses == whole[0].losses
     ledger.add("elastic_bitwise", "A rank SIGKILLed, the group restarted by torchrun: the run's final parameters and "
                "every loss equal the uninterrupted run's bitwise (measured)", same, is_true(), kind="measured")
     every = max(1, S.elastic_steps // 4)
@@ -99,6 +113,6 @@ def elastic_findings(ledger: Ledger, S: Settings, el: dict) -> Findings:
            "finished, but not equal to the uninterrupted run."),
     ], [
         f"Rank 1 killed itself before step {S.kill_at}; torchrun stopped rank 0 and started both again (restart count "
-        f"{killed[0]['restarts']}).",
-        f"The new ranks resumed from step {killed[0]['resumed_from']}: one checkpoint every {every} steps.",
+        f"{killed[0].restarts}).",
+        f"The new ranks resumed from step {killed[0].resumed_from}: one checkpoint every {every} steps.",
     ])
