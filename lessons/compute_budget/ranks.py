@@ -23,7 +23,14 @@ class ScalingJob(LabConfig):
     rounds: int = 3        # alternating rounds of (rank 0 alone, every rank with DDP)
 
 
-def weak_scaling(job: ScalingJob) -> dict:
+@dataclass(frozen=True)
+class WeakScaling:
+    """One rank's tokens per second, round by round."""
+    solo_tokens_per_s: list[float]  # rank 0 training alone, the others waiting (empty on the other ranks)
+    ddp_tokens_per_s: list[float]   # the whole group's tokens under DDP, timed on this rank
+
+
+def weak_scaling(job: ScalingJob) -> WeakScaling:
     """Tokens per second of rank 0 training alone (the other ranks wait at a barrier, their cores idle) and of
     every rank training together under DDP, each rank with the same job.batch_size rows: alternating rounds, so
     that drift on a shared machine hits both alike. One thread per rank (torchrun's OMP_NUM_THREADS=1)."""
@@ -38,13 +45,13 @@ def weak_scaling(job: ScalingJob) -> dict:
     timed_steps(ddp, ddp_opt, mine[:1])  # warm-up: DDP's first step builds its buckets
     if rank() == 0:
         timed_steps(solo, solo_opt, mine[:1])
-    out = {"solo_tokens_per_s": [], "ddp_tokens_per_s": []}
+    out = WeakScaling(solo_tokens_per_s=[], ddp_tokens_per_s=[])
     for r in range(job.rounds):
         dist.barrier()
         if rank() == 0:
-            out["solo_tokens_per_s"].append(tokens / timed_steps(solo, solo_opt, mine[1:]))
+            out.solo_tokens_per_s.append(tokens / timed_steps(solo, solo_opt, mine[1:]))
         dist.barrier()
-        out["ddp_tokens_per_s"].append(N * tokens / timed_steps(ddp, ddp_opt, mine[1:]))  # the group's tokens
+        out.ddp_tokens_per_s.append(N * tokens / timed_steps(ddp, ddp_opt, mine[1:]))  # the group's tokens
         report_progress(r + 1, job.rounds, "weak scaling")
     del ddp, ddp_opt
     return out

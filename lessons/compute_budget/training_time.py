@@ -1,6 +1,7 @@
 """Lesson 12, section 4: training time — published runs, the calculator, and DDP's weak scaling."""
 
 import statistics
+from dataclasses import asdict, dataclass
 
 import ipywidgets as W
 import numpy as np
@@ -14,7 +15,7 @@ from labtools.parallel import launch
 from labtools.plan import CLUSTERS
 from labtools.widgets import Exercise, Panel, answer_check, choice_slider, number_box, parse_number, slider
 from lessons.compute_budget import CHINCHILLA_TOKENS_PER_PARAM, TIMEOUT_S, Settings, ranks
-from lessons.compute_budget.ranks import ScalingJob
+from lessons.compute_budget.ranks import ScalingJob, WeakScaling
 
 
 def published() -> dict[str, dict]:
@@ -97,30 +98,41 @@ def calculator_panel() -> Panel:
     return Panel(calculator_figure, controls, title="Training time and cost")
 
 
-def weak_scaling(S: Settings) -> dict:
+@dataclass(frozen=True)
+class Scaling:
+    """Weak scaling on this machine: rank 0 alone against every rank under DDP (medians over rounds)."""
+    world: int            # ranks under DDP
+    backend: str          # gloo or nccl
+    solo: float           # tokens/s of rank 0 alone
+    ddp: float            # tokens/s of the whole group
+    efficiency: float     # ddp ÷ (world × solo)
+    rounds: WeakScaling   # rank 0's rounds
+
+
+def weak_scaling(S: Settings) -> Scaling:
     """Launch S.scaling_world gloo/NCCL ranks: rank 0 alone vs all of them under DDP, the same rows per rank."""
     job = derive(ScalingJob, S, steps=S.scaling_steps)
     res = launch(ranks.weak_scaling, S.scaling_world, job, desc=f"weak scaling × {S.scaling_world}",
                  timeout_s=TIMEOUT_S)
     r0 = res[0]
-    solo, ddp = statistics.median(r0["solo_tokens_per_s"]), statistics.median(r0["ddp_tokens_per_s"])
-    return {"world": S.scaling_world, "backend": r0["dist"]["backend"], "solo": solo, "ddp": ddp,
-            "efficiency": ddp / (S.scaling_world * solo), "rounds": r0}
+    solo, ddp = statistics.median(r0.solo_tokens_per_s), statistics.median(r0.ddp_tokens_per_s)
+    return Scaling(world=S.scaling_world, backend=res.dist[0].backend, solo=solo, ddp=ddp,
+                   efficiency=ddp / (S.scaling_world * solo), rounds=r0)
 
 
-def scaling_findings(ledger: Ledger, w: dict) -> Findings:
+def scaling_findings(ledger: Ledger, w: Scaling) -> Findings:
     # A band wide enough for any working machine would also accept the quoted 60-80%, so it would settle nothing: noted
-    ledger.note("weak_scaling", w)
-    where = ("gloo ranks sharing this machine's cores and memory bandwidth" if w["backend"] == "gloo" else
+    ledger.note("weak_scaling", asdict(w))
+    where = ("gloo ranks sharing this machine's cores and memory bandwidth" if w.backend == "gloo" else
              "GPUs over NCCL")
     return Findings([
-        f"Ranks that each keep their batch trained at **{w['efficiency']:.0%}** of the ideal here. That measures "
+        f"Ranks that each keep their batch trained at **{w.efficiency:.0%}** of the ideal here. That measures "
         "ranks sharing this machine's cores and memory, not a cluster: it neither confirms nor refutes a cluster's "
         "quoted efficiency.",
     ], [
         "The quoted figure: 60–80%.",
-        f"One rank alone: {w['solo']:,.0f} tokens/s; {w['world']} ranks together ({where}), each with the same batch: "
-        f"{w['ddp']:,.0f} tokens/s.",
+        f"One rank alone: {w.solo:,.0f} tokens/s; {w.world} ranks together ({where}), each with the same batch: "
+        f"{w.ddp:,.0f} tokens/s.",
     ])
 
 
