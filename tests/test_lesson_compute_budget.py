@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from labtools.compute import (PUBLISHED, Convention, flops_by_convention, training_cost, training_days, training_flops,
+from labtools.compute import (Convention, flops_by_convention, training_cost, training_days, training_flops,
                               training_seconds)
-from labtools.plan import CLUSTERS
+from labtools.plan import CLUSTERS, GPU
+from labtools.runs import GPT3, LLAMA3
 from lessons import compute_budget as lesson
 from lessons.compute_budget import flops, isoflop, training_time
 
@@ -49,16 +50,16 @@ def test_attention_is_counted_and_grows_with_the_context():
 
 
 def test_the_calculator_reproduces_the_published_runs():
-    gpt3, llama = PUBLISHED["GPT-3 175B"], PUBLISHED["Llama 3 405B"]
+    gpt3, llama = GPT3, LLAMA3
     assert training_flops(gpt3.n_params, gpt3.tokens) == pytest.approx(3.14e23, rel=0.02)
     assert training_days(gpt3.n_params, gpt3.tokens, 1024, 140e12) == pytest.approx(34, rel=0.02)
     assert training_flops(llama.n_params, llama.tokens) == pytest.approx(3.8e25, rel=0.02)
     rows = training_time.published()
-    assert rows["GPT-3 175B"]["days_at_mfu"] == pytest.approx(rows["GPT-3 175B"]["days"], rel=1e-12)
+    assert rows[GPT3].days_at_mfu == pytest.approx(rows[GPT3].days, rel=1e-12)
 
 
 def test_time_and_cost_follow_the_formula():
-    h100 = CLUSTERS["H100 80GB, NVLink 4, NDR 400 Gb/s"]
+    h100 = CLUSTERS[GPU.H100]
     flops = training_flops(70e9, 1.4e12)
     assert flops == 6 * 70e9 * 1.4e12
     assert training_flops(1e9, 1e9, n_layer=2, seq=1024, n_embd=64) == (6e9 + 12 * 2 * 1024 * 64) * 1e9

@@ -9,61 +9,79 @@ import plotly.graph_objects as go
 
 from labtools import plots
 from labtools.claims import Findings, Ledger, approx
-from labtools.compute import PUBLISHED, training_cost, training_days, training_flops, training_seconds
+from labtools.compute import training_cost, training_days, training_flops, training_seconds
 from labtools.config import derive
 from labtools.parallel import launch
-from labtools.plan import CLUSTERS
+from labtools.plan import CLUSTER_LABELS, CLUSTERS, GPU
+from labtools.runs import GPT3, LLAMA3, PUBLISHED, PublishedRun
 from labtools.widgets import Exercise, Panel, answer_check, choice_slider, number_box, parse_number, slider
 from lessons.compute_budget import CHINCHILLA_TOKENS_PER_PARAM, TIMEOUT_S, Settings, ranks
 from lessons.compute_budget.ranks import ScalingJob, WeakScaling
 
 
-def published() -> dict[str, dict]:
+@dataclass(frozen=True)
+class Recomputed:
+    """A published run's FLOPs recomputed from its parameters and tokens; for a run with a published throughput, the
+    days it implies (Narayanan et al.'s 8·T·P/(n·X)) and its utilisation."""
+    run: PublishedRun
+    flops: float                      # 6·P·D
+    days: float | None = None         # at the published throughput, recomputation counted
+    hfu: float | None = None          # the published throughput ÷ the peak
+    mfu: float | None = None          # … counting 6 of the 8 FLOPs per parameter (the recomputed forward is not model)
+    days_at_mfu: float | None = None  # 6·P·D at that MFU: the same days, algebraically
+
+    @property
+    def flops_ratio(self) -> float:
+        return self.flops / self.run.flops
+
+
+def published() -> dict[PublishedRun, Recomputed]:
     """The published runs recomputed: 6·P·D against the published FLOPs; GPT-3's time from Narayanan et al.'s
     8·D·P/(N·X) (their 140 teraFLOP/s per A100, recomputation included) and the same run as 6PD at the MFU it
     implies."""
     out = {}
-    for name, run in PUBLISHED.items():
+    for run in PUBLISHED:
         flops = training_flops(run.n_params, run.tokens)
-        row = {"flops": flops, "published_flops": run.flops, "flops_ratio": flops / run.flops, "source": run.source}
-        if run.achieved_flops:
-            row["days"] = training_days(run.n_params, run.tokens, run.gpus, run.achieved_flops, recompute=True)
-            row["published_days"] = run.days
-            row["hfu"] = run.achieved_flops / run.peak_flops
-            row["mfu"] = row["hfu"] * 6 / 8  # the recomputed forward is a third of 8N: not model FLOPs
-            row["days_at_mfu"] = training_seconds(flops, run.gpus, run.peak_flops, row["mfu"]) / 86400
-        out[name] = row
+        if not run.layouts:
+            out[run] = Recomputed(run, flops)
+            continue
+        at = run.layouts[0]
+        hfu = at.tflops * 1e12 / run.peak_flops
+        mfu = hfu * 6 / 8
+        out[run] = Recomputed(run, flops, days=training_days(run.n_params, run.tokens, at.gpus, at.tflops * 1e12,
+                                                               recompute=True), hfu=hfu, mfu=mfu,
+                               days_at_mfu=training_seconds(flops, at.gpus, run.peak_flops, mfu) / 86400)
     return out
 
 
-def published_findings(ledger: Ledger, rows: dict[str, dict]) -> Findings:
-    g, ll = rows["GPT-3 175B"], rows["Llama 3 405B"]
+def published_findings(ledger: Ledger, rows: dict[PublishedRun, Recomputed]) -> Findings:
+    g, ll = rows[GPT3], rows[LLAMA3]
     ledger.add("gpt3_flops", "GPT-3 175B on 300B tokens: 6·P·D = the published 3.14e23 FLOPs (computed ÷ published)",
-               g["flops_ratio"], approx(1, rel=0.02), source=g["source"], kind="computed")
+               g.flops_ratio, approx(1, rel=0.02), source=g.run.source, kind="computed")
     ledger.add("gpt3_days", "GPT-3 175B on 1,024 A100s at 140 teraFLOP/s each: Narayanan et al.'s about 34 days "
                "(their 8·D·P/(N·X), computed)",
-               g["days"], approx(34, rel=0.02), source="Narayanan et al. 2021", kind="computed")
+               g.days, approx(34, rel=0.02), source="Narayanan et al. 2021", kind="computed")
     # 6PD at HFU × 6/8 is 8PD at HFU, algebraically: a note, not a claim that could fail
-    ledger.note("gpt3_days_at_implied_mfu", {"mfu": g["mfu"], "days": g["days_at_mfu"]})
+    ledger.note("gpt3_days_at_implied_mfu", {"mfu": g.mfu, "days": g.days_at_mfu})
     ledger.add("llama3_flops", "Llama 3 405B on 15.6T tokens: 6·P·D = the published 3.8e25 FLOPs (computed ÷ "
-               "published)", ll["flops_ratio"], approx(1, rel=0.02), source=ll["source"], kind="computed")
+               "published)", ll.flops_ratio, approx(1, rel=0.02), source=ll.run.source, kind="computed")
     return Findings([
         "The published FLOPs come back from $6PD$: within a percent for GPT-3 175B and Llama 3 405B.",
-        f"For GPT-3 on the A100 cluster Narayanan et al. benchmarked, their own formula gives **{g['days']:.1f} "
+        f"For GPT-3 on the A100 cluster Narayanan et al. benchmarked, their own formula gives **{g.days:.1f} "
         "days**, the \"about 34\" they quote: an estimate, not a duration OpenAI published.",
     ], [
-        f"GPT-3: $6 \\times 175 \\cdot 10^9 \\times 300 \\cdot 10^9$ = {g['flops']:.3g} FLOPs (published "
-        f"{g['published_flops']:.3g}).",
-        f"Llama 3 405B: $6 \\times 405 \\cdot 10^9 \\times 15.6 \\cdot 10^{{12}}$ = {ll['flops']:.3g} FLOPs (published "
-        f"{ll['published_flops']:.2g}).",
+        f"GPT-3: $6 \\times 175 \\cdot 10^9 \\times 300 \\cdot 10^9$ = {g.flops:.3g} FLOPs (published "
+        f"{g.run.flops:.3g}).",
+        f"Llama 3 405B: $6 \\times 405 \\cdot 10^9 \\times 15.6 \\cdot 10^{{12}}$ = {ll.flops:.3g} FLOPs (published "
+        f"{ll.run.flops:.2g}).",
         "Their formula, $8DP/(NX)$ on $N$ = 1,024 GPUs at $X$ = 140 teraFLOP/s each (they write T for the tokens and n "
         "for the GPUs), counts 8 FLOPs per parameter per token: the forward runs twice with recomputation.",
-        f"So of the A100's 312 teraFLOP/s, 140 is {g['hfu']:.1%} *hardware* utilisation;",
-        f"counting 6 of those 8 FLOPs, {g['mfu']:.1%} *model* utilisation.",
+        f"So of the A100's 312 teraFLOP/s, 140 is {g.hfu:.1%} *hardware* utilisation;",
+        f"counting 6 of those 8 FLOPs, {g.mfu:.1%} *model* utilisation.",
     ])
 
 
-def calculator_figure(n_params_b: float, tokens_b: float, gpus: int, gpu: str, mfu: float,
+def calculator_figure(n_params_b: float, tokens_b: float, gpus: int, gpu: GPU, mfu: float,
                       dollars_per_gpu_hour: float) -> go.Figure:
     """Days against the number of GPUs for this run (6·P·D at the given MFU), the chosen point marked. (No dollar
     signs in a plotly title: two of them make it a LaTeX string, which JupyterLab's plotly drew as nothing.)"""
@@ -91,7 +109,7 @@ def calculator_panel() -> Panel:
         "n_params_b": choice_slider(175.0, 0.1, 2000.0, "parameters (B)", include=(7, 8, 70, 405)),
         "tokens_b": choice_slider(300.0, 1.0, 100_000.0, "tokens (B)", include=(1400, 15_600)),
         "gpus": number_box(1024, "GPUs"),
-        "gpu": W.Dropdown(options=list(CLUSTERS), value=list(CLUSTERS)[0], description="GPU"),
+        "gpu": W.Dropdown(options=[(CLUSTER_LABELS[g], g) for g in CLUSTERS], value=GPU.A100, description="GPU"),
         "mfu": slider(0.4, 0.05, 1.0, 0.01, description="MFU"),
         "dollars_per_gpu_hour": slider(2.0, 0.5, 10.0, 0.1, description="USD / GPU-hour"),
     }
@@ -137,7 +155,7 @@ def scaling_findings(ledger: Ledger, w: Scaling) -> Findings:
 
 
 def exercises(ledger: Ledger) -> list[Exercise]:
-    h100 = CLUSTERS[[k for k in CLUSTERS if k.startswith("H100")][0]]
+    h100 = CLUSTERS[GPU.H100]
     n, tokens = 70e9, CHINCHILLA_TOKENS_PER_PARAM * 70e9
     flops = training_flops(n, tokens)
     days = training_seconds(flops, 2048, h100.peak_flops, 0.4) / 86400
