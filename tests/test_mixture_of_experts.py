@@ -117,3 +117,17 @@ def test_expert_parallelism_on_two_ranks_equals_one_process(session_run_root):
     # the wire is left to the lesson, which runs with nothing else on the loopback interface; here the browser
     # tests run beside the unit tests and their traffic crosses it too
     assert all(c.passed for c in ledger.claims if c.key != "ep_wire"), ledger.to_text()
+
+
+@pytest.mark.parametrize("factor", [0.1, 1.1, 16.0])  # the range's ends and a value off the slider's grid
+def test_the_routing_panel_takes_every_capacity_factor_the_lesson_allows(factor):
+    from lessons.mixture_of_experts import settings, training
+
+    S = settings("smoke", capacity_factor=factor)
+    g = torch.Generator().manual_seed(0)
+    logits = [torch.randn(64, S.n_experts, generator=g) for _ in range(2)]
+    panel = training.routing_panel({"MoE": {"logits": logits}, "no balance": {"logits": logits}}, S)
+    assert panel.values()["factor"] == factor
+    slider = panel.controls["factor"]
+    assert min(slider.options, key=lambda o: o[1])[1] == 0.1 and max(slider.options, key=lambda o: o[1])[1] == 16.0
+    assert f"capacity factor {factor:g}" in panel.figure.layout.title.text

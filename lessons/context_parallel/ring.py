@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 
 from labtools import plots
 from labtools.claims import Findings, Ledger, approx, at_least, at_most, between, is_true
+from labtools.controls import options_with
 from labtools.parallel import launch
 from labtools.parallel.context import (LAYOUTS, SeqLayout, block_counts, positions, predicted_bytes, predicted_saved,
                                       scores_per_rank)
@@ -82,8 +83,8 @@ def layout_figure(c: int, s: int | None = None) -> go.Figure:
 
 
 def layout_panel(S: Settings) -> Panel:
-    control = W.SelectionSlider(options=[2, 4, 8, 16], value=max(S.worlds), description="ranks c",
-                                continuous_update=False, style={"description_width": "initial"})
+    control = W.SelectionSlider(options=options_with([2, 4, 8, 16], max(S.worlds)), value=max(S.worlds),
+                                description="ranks c", continuous_update=False, style={"description_width": "initial"})
     return Panel(lambda c: layout_figure(c), {"c": control}, title="Split the sequence over more ranks")
 
 

@@ -15,6 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from labtools import plots
 from labtools.claims import Findings, Ledger, approx, at_least, at_most
 from labtools.data import text
+from labtools.controls import choice_slider
 from labtools.device import pick_device
 from labtools.model import GPT, GPTConfig
 from labtools.moe import active_params, aux_losses, capacity, moe_gpt, moe_layers, route
@@ -254,12 +255,13 @@ def routing_figure(logits: list[torch.Tensor], k: int, factor: float, title: str
 def routing_panel(res: dict, S: Settings) -> Panel:
     saved = {"balancing loss on": res["MoE"]["logits"], "balancing loss off": res["no balance"]["logits"]}
     style = {"description_width": "initial"}
+    lo, hi = Settings.RANGES["CAPACITY_FACTOR"]
     controls = {
         "run": W.Dropdown(options=list(saved), value="balancing loss on", description="router", style=style),
         "k": W.SelectionSlider(options=list(range(1, S.n_experts + 1)), value=S.top_k, description="top-k",
                                style=style),
-        "factor": W.SelectionSlider(options=[0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0], value=S.capacity_factor,
-                                    description="capacity factor", style=style),
+        # every factor the lesson's parameter allows, its ends and the run's own among them
+        "factor": choice_slider(S.capacity_factor, lo, hi, "capacity factor", include=(lo, hi)),
     }
     return Panel(lambda run, k, factor: routing_figure(saved[run], k, factor, run), controls, debounce_ms=0,
                  title="Route the trained routers again")

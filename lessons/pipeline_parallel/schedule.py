@@ -36,7 +36,7 @@ def panel(S: Settings) -> Panel:
     controls = {
         "schedule": W.Dropdown(options=[(s.value, s.value) for s in SCHEDULES], value=Schedule.ONE_F_ONE_B.value,
                                description="schedule"),
-        "p": W.IntSlider(value=max(S.worlds), min=2, max=8, description="stages p"),
+        "p": W.IntSlider(value=max(S.worlds), min=2, max=max(8, *S.worlds), description="stages p"),
         "m": W.IntSlider(value=S.m, min=1, max=max(32, S.m), description="micro-batches m"),
         "v": W.IntSlider(value=S.v, min=2, max=max(4, S.v), description="chunks per rank v (interleaved)"),
     }

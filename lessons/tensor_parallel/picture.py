@@ -6,6 +6,7 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from labtools import plots
+from labtools.controls import options_with
 from labtools.widgets import Panel
 from lessons.tensor_parallel import Settings
 
@@ -74,8 +75,9 @@ def figure(h: int, tokens: int, tp: int, sequence_parallel: bool) -> go.Figure:
 
 
 def panel(S: Settings) -> Panel:
-    controls = {"tp": W.SelectionSlider(options=[2, 4, 8], value=max(S.worlds), description="ranks tp",
-                                        continuous_update=False, style={"description_width": "initial"}),
+    controls = {"tp": W.SelectionSlider(options=options_with([2, 4, 8], max(S.worlds)), value=max(S.worlds),
+                                        description="ranks tp", continuous_update=False,
+                                        style={"description_width": "initial"}),
                 "sequence_parallel": W.ToggleButtons(options=[("TP", False), ("TP + SP", True)], value=False,
                                                      description="split")}
     tokens = S.batch_size * S.block_size
