@@ -15,7 +15,8 @@ one that does both (like torch's clip_grad_norm_, which scales the gradients and
 both with `in_place=True`.
 Exercises whose mechanism runs across ranks send the learner's source to the ranks (`source_of`), where the
 lesson's rank function rebuilds it (`load_function`) in a namespace of its choosing and reports per-case
-results that `outcome()` turns into the same message. Introduced in notebooks/07_data_parallel.ipynb.
+results that `outcome()` turns into the same message; `time_bound` ends a learner's loop that never ends at its
+line. Introduced in notebooks/07_data_parallel.ipynb.
 """
 
 import ast
@@ -23,8 +24,12 @@ import copy
 import html
 import inspect
 import math
+import signal
 import textwrap
+import threading
+import time
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -84,6 +89,14 @@ def source_of(fn: Callable) -> str:
         raise ValueError(f"the source of {fn.__name__} cannot be read ({e}): define it in a notebook cell") from e
 
 
+def _source(fn: Callable) -> str:
+    """fn's source, its first line its `def` (as where_it_failed counts lines); "" where it cannot be read."""
+    try:
+        return source_of(fn)
+    except ValueError:
+        return ""
+
+
 def load_function(source: str, name: str, namespace: dict) -> Callable:
     """Rebuild a learner's function from its source in `namespace` (what it may use). This runs the learner's own
     code, from their notebook, in the ranks of their own run: it is treated like the cell it came from."""
@@ -92,15 +105,71 @@ def load_function(source: str, name: str, namespace: dict) -> Callable:
     return namespace[name]
 
 
-def where_it_failed(error: BaseException, filename: str) -> str:
-    """'TypeError: ... (line 4 of your function)': the error and the learner's line (the last frame of the
-    traceback in `filename`, where their function was compiled), not a traceback."""
+# A learner's function may take this many times as long as the reference on the same case (timed just before), and
+# at least BOUND_FLOOR_S: a loop that never ends stops at its line
+BOUND_FACTOR = 100
+BOUND_FLOOR_S = 2.0
+
+
+def bound_for(reference_s: float) -> float:
+    """The seconds a learner's function may take where the reference took reference_s."""
+    return max(BOUND_FACTOR * reference_s, BOUND_FLOOR_S)
+
+
+class TookTooLong(BaseException):
+    """Raised where a learner's code was when its time ran out. A BaseException, so that the learner's own
+    `except Exception:` does not swallow it."""
+
+
+@contextmanager
+def time_bound(seconds: float):
+    """Within the block, raise TookTooLong after `seconds`, at the line the main thread is running (SIGALRM: Python
+    code is interrupted between two lines; a call into C ends first, so bound those with their own timeouts).
+    Off the main thread, where no signal can reach, the block runs unbounded."""
+    if not seconds > 0:
+        raise ValueError(f"seconds must be a positive number, got {seconds!r}")
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise TookTooLong(f"your function did not finish in {seconds:.3g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+# What a learner's call may end with, each turned into a message: an error, sys.exit(), a loop out of its time
+LEARNER_ERRORS = (Exception, SystemExit, TookTooLong)
+
+
+def failure(error: BaseException, fn: Callable) -> str:
+    """where_it_failed for a function defined in this process (a notebook cell): its file and its source."""
+    return where_it_failed(error, fn.__code__.co_filename, _source(fn))
+
+
+def where_it_failed(error: BaseException, filename: str, source: str = "") -> str:
+    """'TypeError: ... (line 4 of your function: `y = x @ w`)': the error and the learner's line (the last frame of
+    the traceback in `filename`, where their function was compiled; its text from `source`), not a traceback."""
+    cause = error  # a time bound that ran out is the cause, even where cleanup on the way out raised another error
+    while cause is not None and not isinstance(cause, TookTooLong):
+        cause = cause.__context__
+    error = cause or error
     line, tb = None, error.__traceback__
     while tb is not None:
         if tb.tb_frame.f_code.co_filename == filename:
             line = tb.tb_lineno - tb.tb_frame.f_code.co_firstlineno + 1
         tb = tb.tb_next
-    at = f" (line {line} of your function)" if line else ""
+    lines = source.splitlines()
+    code = f": `{lines[line - 1].strip()}`" if line and 0 < line <= len(lines) else ""
+    if isinstance(error, TookTooLong):
+        return f"{error}{f' (it was at line {line}{code})' if line else ''}"
+    at = f" (line {line} of your function{code})" if line else ""
     return f"{type(error).__name__}: {error}{at}"
 
 
@@ -139,19 +208,26 @@ def check(fn: Callable, reference: Callable, cases: Sequence[Case], *, tol: floa
     values, or the arguments after the call when the reference returns None (an in-place function); in_place: the
     return value and the arguments after the call, both. relative: the difference is divided by the largest
     magnitude in the reference's result (at least 1). against: what the pass message names the reference."""
+    if not cases:
+        raise ValueError("check needs at least one case: with none, any function would pass")
+    if not tol >= 0:  # NaN too: every comparison with it is False, so everything would fail, or pass
+        raise ValueError(f"tol must be a number ≥ 0, got {tol!r}")
     if is_stub(fn):
         return Outcome("not written", NOT_WRITTEN)
     worst = 0.0
     for case in cases:
         mine, theirs = copy.deepcopy(case.args), copy.deepcopy(case.args)
+        start = time.perf_counter()
         expected = reference(*theirs)
+        bound = bound_for(time.perf_counter() - start)
         hint = f" — hint: {case.hint}" if case.hint else ""
         try:
-            got = fn(*mine)
+            with time_bound(bound):
+                got = fn(*mine)
         except NotImplementedError:
             return Outcome("not written", NOT_WRITTEN)
-        except Exception as e:  # noqa: BLE001 - the learner's error becomes a message, not a traceback
-            return Outcome("fail", f"case '{case.name}': {where_it_failed(e, fn.__code__.co_filename)}{hint}")
+        except LEARNER_ERRORS as e:  # the learner's error, exit or endless loop becomes a message
+            return Outcome("fail", f"case '{case.name}': {failure(e, fn)}{hint}")
         if in_place:
             parts = [("the value returned", got, expected, "output"),
                      ("the arguments after the call", mine, theirs, "argument")]

@@ -15,20 +15,23 @@ from pathlib import Path
 
 import pytest
 
-from labtools.parallel import RankFailed, checks, launch
+from labtools.parallel import RankFailed, RunTimedOut, checks, launch
 from labtools.parallel.checks import Fault
+from labtools.parallel.processes import RUN_DIR_ENV
 
 
 def processes_under(root: Path) -> list[str]:
-    """Processes whose command line names a path under root (this session's runs)."""
-    out = []
+    """Processes of this session's runs: their command line names a path under root, or their environment a run
+    directory under it (what a rank started inherits that)."""
+    out, marker = [], f"{RUN_DIR_ENV}={root}".encode()
     for p in Path("/proc").iterdir():
         if p.name.isdigit():
             try:
                 cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                env = (p / "environ").read_bytes()
             except OSError:
                 continue
-            if str(root) in cmd:
+            if str(root) in cmd or marker in env:
                 out.append(f"{p.name}: {cmd}")
     return out
 
@@ -96,6 +99,18 @@ def test_ranks_finishing_further_apart_than_the_collective_timeout_still_return(
 def test_overall_timeout_stops_every_process():
     with pytest.raises(TimeoutError, match="timeout_s"):
         launch(checks.slow, 2, Fault(steps=100, step_s=1.0), timeout_s=6, show_progress=False)
+
+
+def test_a_timed_out_run_says_so_and_ends_what_its_ranks_started():
+    with pytest.raises(RunTimedOut, match="timeout_s=6") as e:
+        launch(checks.starts_a_process, 2, Fault(rank=1, steps=0, sleep_s=300), timeout_s=6, show_progress=False)
+    assert e.value.seconds == 6 and e.value.where == {}  # no learner's function ran: no line to name
+
+
+def test_processes_a_rank_starts_end_with_a_successful_run():
+    children = [c.pid for c in launch(checks.starts_a_process, 2, Fault(sleep_s=300), show_progress=False)]
+    assert len(set(children)) == 2
+    # no_orphans: the children, which name no run directory in their command line, are found by their environment
 
 
 def test_keyboard_interrupt_stops_every_process():

@@ -1,9 +1,14 @@
 """labtools.exercises and the lessons' write-it-yourself exercises: the solution passes, the stub says "not written
 yet" (and costs nothing), a typical wrong answer fails with a hint that names the case."""
 
+import math
+import threading
+import time
+
+import pytest
 import torch
 
-from labtools.exercises import NOT_WRITTEN, Case, check, difference, is_stub
+from labtools.exercises import BOUND_FLOOR_S, NOT_WRITTEN, Case, TookTooLong, check, difference, is_stub, time_bound
 from lessons import data_parallel
 from lessons.data_parallel import ring_exercise
 
@@ -61,6 +66,60 @@ def test_an_error_names_the_case_and_the_learners_line_not_a_traceback():
     assert "Traceback" not in out.message
 
 
+def test_a_loop_that_never_ends_stops_at_its_line_and_an_exit_is_a_message():
+    def endless(grads, max_norm):
+        i = 0
+        while i < 10:
+            total = 0.0
+        return total
+
+    start = time.monotonic()
+    out = check(endless, clip_reference, CASES)
+    assert out.status == "fail" and f"did not finish in {BOUND_FLOOR_S:.3g} s" in out.message
+    assert "line 4: `total = 0.0`" in out.message or "line 3: `while i < 10:`" in out.message
+    assert time.monotonic() - start < 10 * BOUND_FLOOR_S  # bounded (a loose bound: the machine may be busy)
+
+    def leaves(grads, max_norm):
+        raise SystemExit(0)
+
+    out = check(leaves, clip_reference, CASES)  # the check, and the kernel it runs in, go on
+    assert out.status == "fail" and "SystemExit" in out.message and "`raise SystemExit(0)`" in out.message
+
+
+def test_a_learners_own_except_does_not_swallow_the_time_bound():
+    def stubborn(grads, max_norm):
+        while True:
+            try:
+                sum(range(1000))
+            except Exception:
+                pass
+
+    assert "did not finish" in check(stubborn, clip_reference, CASES).message
+
+
+def test_time_bound_is_checked_and_off_the_main_thread_does_not_bound():
+    with pytest.raises(ValueError, match="seconds"):
+        with time_bound(0):
+            pass
+    with pytest.raises(TookTooLong):
+        with time_bound(0.05):
+            while True:
+                pass
+    done = []
+    thread = threading.Thread(target=lambda: [time_bound(0.01).__enter__(), time.sleep(0.05), done.append(1)])
+    thread.start()
+    thread.join()
+    assert done == [1]
+
+
+@pytest.mark.parametrize("kwargs, match", [({"cases": []}, "at least one case"), ({"tol": math.nan}, "tol"),
+                                           ({"tol": -1.0}, "tol")])
+def test_check_refuses_no_cases_and_a_tolerance_that_is_not_a_number(kwargs, match):
+    args = {"cases": CASES} | kwargs
+    with pytest.raises(ValueError, match=match):
+        check(lambda grads, max_norm: None, clip_reference, args.pop("cases"), **args)
+
+
 def test_difference_refuses_a_different_shape_or_structure():
     assert difference(torch.ones(3), torch.ones(3)) == 0.0
     assert difference(torch.ones(3), torch.ones(4)) == float("inf")
@@ -86,6 +145,46 @@ def test_lesson_07_ring_on_real_ranks_solution_passes_and_a_ring_without_all_gat
 
     bad = ring_exercise.check(reduce_scatter_only, S)
     assert bad.status == "fail" and "12 elements on 3 ranks" in bad.message and "one chunk is right" in bad.message
+
+
+def test_lesson_07_ring_that_never_ends_on_one_rank_stops_at_its_line_and_names_the_rank():
+    S = data_parallel.settings("smoke")
+
+    def forgets_to_move(x, exchange):
+        n, r = dist.get_world_size(), dist.get_rank()  # noqa: F821 - the ranks provide dist
+        chunks = list(x.view(-1).tensor_split(n))
+        s = 0
+        while s < n - 1:
+            if r == 0:
+                continue  # rank 0 spins; the others wait for its chunk
+            chunks[(r - s - 1) % n] += exchange(chunks[(r - s) % n], chunks[(r - s - 1) % n])
+            s += 1
+
+    out = ring_exercise.check(forgets_to_move, S)
+    assert out.status == "fail" and "rank 0: your function did not finish" in out.message
+    assert "line 7: `continue" in out.message and "exchange()" not in out.message.split("hint")[0]
+
+
+def test_lesson_07_ring_refuses_a_collective_called_directly_and_a_ring_that_sends_the_whole_tensor():
+    S = data_parallel.settings("smoke")
+
+    def own_collective(x, exchange):
+        import torch.distributed
+        torch.distributed.all_reduce(x)
+
+    out = ring_exercise.check(own_collective, S)
+    assert out.status == "fail" and "torch.distributed.all_reduce is not part of this exercise" in out.message
+
+    def whole_tensor(x, exchange):
+        total, y = x.clone(), x.clone()
+        for _ in range(dist.get_world_size() - 1):  # noqa: F821 - the ranks provide dist
+            y = exchange(y, y)
+            total += y
+        x.copy_(total)
+
+    out = ring_exercise.check(whole_tensor, S)
+    assert out.status == "fail" and "the sum is right, but a rank sent 96 bytes where a ring all-reduce sends 64" \
+        in out.message
 
 
 def test_lesson_00_adamw_step_solution_passes_and_adam_with_l2_fails_on_weight_decay():

@@ -26,7 +26,7 @@ import importlib
 
 _EXPORTS = {
     "labtools.parallel.launcher": ("choose_backend", "launch"),
-    "labtools.parallel.diagnose": ("RankFailed",),
+    "labtools.parallel.diagnose": ("RankFailed", "RunTimedOut"),
     "labtools.parallel.toolkit": ("accumulate", "build_gpt", "device", "global_batch", "mean_over_ranks", "rank",
                                   "rank_rows", "report_progress", "train_step", "world_size"),
 }

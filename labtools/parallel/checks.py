@@ -6,6 +6,8 @@ that outlasts its timeout, ranks that finish far apart.
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 
@@ -102,6 +104,21 @@ def killed(cfg: Fault) -> Sum:
     t = torch.ones(1, device=device())
     dist.all_reduce(t)
     return Sum(t.item())
+
+
+@dataclass(frozen=True)
+class Child:
+    """The process a rank started."""
+    pid: int
+
+
+def starts_a_process(cfg: Fault) -> Child:
+    """Every rank starts a process that outlives it by cfg.sleep_s (a learner's subprocess, say) and returns; rank
+    cfg.rank then hangs for as long, if cfg.steps is 0 (so the run times out)."""
+    child = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({cfg.sleep_s})"])
+    if cfg.steps == 0 and rank() == cfg.rank:
+        time.sleep(cfg.sleep_s)
+    return Child(child.pid)
 
 
 def one_sided(cfg: Fault) -> Nothing:

@@ -32,6 +32,36 @@ class DistInfo:
     restarts: int = 0   # torchrun's restarts before the attempt that produced the result
 
 
+class RunTimedOut(TimeoutError):
+    """A launch ran past its time bound and was stopped. `.where[r]` is the last line rank r was on in a file whose
+    name starts with `<your` (a learner's function: labtools.exercises.load_function compiles it so), as
+    (file name, line number), where its stack showed one."""
+
+    def __init__(self, message: str, where: dict[int, tuple[str, int]], seconds: float):
+        super().__init__(message)
+        self.where, self.seconds = where, seconds
+
+
+_FRAME = re.compile(r'File "(<your [^"]*>)", line (\d+)')
+
+
+def learner_lines(run_dir: Path, nprocs: int) -> dict[int, tuple[str, int]]:
+    """Per rank, the innermost frame in a learner's function in the stacks its log holds (faulthandler prints the
+    most recent call first)."""
+    out = {}
+    for r in range(nprocs):
+        m = _FRAME.search(_last_dump(run_dir, r))
+        if m:
+            out[r] = (m.group(1), int(m.group(2)))
+    return out
+
+
+def _last_dump(run_dir: Path, r: int) -> str:
+    log = _rank_log(run_dir, r)
+    i = log.rfind("Current thread")
+    return log[i:] if i >= 0 else ""
+
+
 class Ranks(list):
     """Each rank's result, in rank order, typed as the rank function's return annotation; `.dist[r]` says where and
     how rank r ran (its DistInfo)."""

@@ -31,6 +31,7 @@ torchrun's own files go under the run directory, which is removed afterwards (ke
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -42,10 +43,10 @@ from pathlib import Path
 import torch
 
 from labtools.parallel.codec import decode_result, encode_config, result_type
-from labtools.parallel.diagnose import DistInfo, Ranks, all_results, diagnose, log_tails, read_results
-from labtools.parallel.processes import run_pids, start_reaping, terminate
+from labtools.parallel.diagnose import (DistInfo, Ranks, RunTimedOut, all_results, diagnose, learner_lines, log_tails,
+                                        read_results)
+from labtools.parallel.processes import RUN_DIR_ENV, run_pids, run_processes, start_reaping, terminate
 from labtools.parallel.targets import ALLOW_ENV, TRUSTED_PACKAGES, allowed_prefixes, resolve_target, root_of, target_of
-from labtools.parallel.toolkit import RUN_DIR_ENV
 from labtools.progress import Cancelled, check_cancelled, progress
 
 BACKENDS = ("auto", "gloo", "nccl")
@@ -132,9 +133,10 @@ def launch(fn, nprocs: int, config=None, *, backend: str = "auto", timeout_s: fl
         start = time.monotonic()
         while proc.poll() is None and not all_results(run_dir, nprocs):
             if timeout_s is not None and time.monotonic() - start > timeout_s:
+                where = _where_now(run_dir, nprocs)
                 terminate(proc, run_dir)
-                raise TimeoutError(f"launch of {target} on {nprocs} ranks exceeded timeout_s={timeout_s}; every "
-                                   "process of the run was stopped.\n" + log_tails(run_dir, nprocs))
+                raise RunTimedOut(f"launch of {target} on {nprocs} ranks exceeded timeout_s={timeout_s}; every "
+                                  "process of the run was stopped.\n" + log_tails(run_dir, nprocs), where, timeout_s)
             _update_bar(bar, run_dir)
             check_cancelled()  # a panel's Cancel: stopped below like an Interrupt
             time.sleep(0.05)
@@ -154,7 +156,7 @@ def launch(fn, nprocs: int, config=None, *, backend: str = "auto", timeout_s: fl
         if ok and proc.poll() is None:  # every result is in: let the ranks and torchrun exit in the background
             start_reaping(proc, run_dir, log, keep_dir)
         else:
-            if proc.poll() is None or run_pids(run_dir):
+            if proc.poll() is None or run_processes(run_dir):
                 terminate(proc, run_dir)
             log.close()
             if not keep_dir:
@@ -162,6 +164,18 @@ def launch(fn, nprocs: int, config=None, *, backend: str = "auto", timeout_s: fl
             elif not ok:
                 print(f"run directory kept: {run_dir}", file=sys.stderr)
 
+
+
+def _where_now(run_dir: Path, nprocs: int) -> dict[int, tuple[str, int]]:
+    """Ask every rank for its stack (SIGUSR1: the worker's faulthandler writes it to the rank's log) and read the
+    line of a learner's function each was on."""
+    for pid in run_pids(run_dir):
+        try:
+            os.kill(pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            pass
+    time.sleep(0.5)
+    return learner_lines(run_dir, nprocs)
 
 
 def typed(fn, raw: list[dict]) -> Ranks:

@@ -1,7 +1,9 @@
 """The processes of a run: which are still alive and ours, stopping them, and the teardown after a good run.
 
 A run's ranks write their PIDs to RUN/pids/; a PID counts as the run's only while its command line names the
-run directory (a recycled PID is never killed). After a successful run, the ranks and torchrun exit in the
+run directory (a recycled PID is never killed). Every process of a run, and every process a rank starts, inherits
+LABTOOLS_RUN_DIR=RUN in its environment: that finds what the ranks started (a learner's subprocess, say) when the
+run ends. After a successful run, the ranks and torchrun exit in the
 background (a reaper thread); a caller that exits right after a launch waits for that teardown at exit.
 """
 
@@ -14,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+RUN_DIR_ENV = "LABTOOLS_RUN_DIR"  # the run directory, in the environment of every process of the run
 _REAPERS: set[threading.Thread] = set()
 _EXITING = threading.Event()
 
@@ -29,7 +32,7 @@ def _reap(proc: subprocess.Popen, run_dir: Path, log, keep_dir: bool, grace_s: f
             if _EXITING.is_set():
                 deadline = min(deadline, time.monotonic() + exit_grace_s)
             time.sleep(0.05)
-        if proc.poll() is None or run_pids(run_dir):
+        if proc.poll() is None or run_processes(run_dir):
             terminate(proc, run_dir)
         log.close()
         if not keep_dir:
@@ -77,8 +80,24 @@ def run_pids(run_dir: Path) -> list[int]:
     return pids
 
 
+def run_processes(run_dir: Path) -> list[int]:
+    """Every live process of the run: its ranks, and anything whose environment names the run directory (the
+    supervisor, torchrun, and what the ranks started, which inherits it). Never this process."""
+    marker = f"{RUN_DIR_ENV}={run_dir}".encode() + b"\0"
+    pids = set(run_pids(run_dir))
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            try:
+                if marker in (d / "environ").read_bytes():
+                    pids.add(int(d.name))
+            except OSError:  # gone, or not ours to read
+                continue
+    return sorted(pids)
+
+
 def terminate(proc: subprocess.Popen, run_dir: Path, grace_s: float = 5.0) -> None:
-    """Stop the supervisor (it stops torchrun, which stops its ranks), then SIGKILL what of this run is left."""
+    """Stop the supervisor (it stops torchrun, which stops its ranks), then SIGKILL what of this run is left,
+    processes the ranks started included."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -89,7 +108,7 @@ def terminate(proc: subprocess.Popen, run_dir: Path, grace_s: float = 5.0) -> No
     deadline = time.monotonic() + grace_s
     while run_pids(run_dir) and time.monotonic() < deadline:
         time.sleep(0.05)
-    for pid in run_pids(run_dir):
+    for pid in run_processes(run_dir):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:

@@ -19,6 +19,8 @@ import threading
 import time
 from pathlib import Path
 
+from labtools.parallel.processes import run_processes
+
 GRACE_S = 5.0
 PR_SET_PDEATHSIG = 1
 
@@ -79,6 +81,11 @@ def main(argv: list[str]) -> int:
             child.wait()
     if os.getppid() != parent:
         _wait_for_ranks(run_dir)
+        for pid in run_processes(run_dir):  # what the ranks started, which no one else will stop now
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         shutil.rmtree(run_dir, ignore_errors=True)
     return child.returncode if not stop.is_set() else 128 + signal.SIGTERM
 

@@ -27,8 +27,7 @@ import torch.distributed as dist
 from labtools import config
 from labtools.config import LabConfig
 from labtools.model import GPT
-
-RUN_DIR_ENV = "LABTOOLS_RUN_DIR"
+from labtools.parallel.processes import RUN_DIR_ENV
 
 # --- who am I --------------------------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ more than the collective timeout later) is logged, never fatal: the result is al
 skips the teardown and exits non-zero, so torchrun stops the other ranks.
 """
 
+import faulthandler
 import gc
 import json
 import os
@@ -64,6 +65,9 @@ def main(job_path: str) -> int:
     (run_dir / "pids").mkdir(exist_ok=True)
     (run_dir / "pids" / f"rank{rank}.pid").write_text(str(os.getpid()))
     _redirect_output(run_dir / f"rank{rank}.log")
+    # on SIGUSR1 every thread's stack goes to the rank's log: a launch that runs out of time asks for it, to say
+    # which line each rank was on (a learner's loop that never ends, say)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         _, fn = resolve_target(job["target"])
         cls = config_type(fn)

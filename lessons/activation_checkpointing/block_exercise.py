@@ -8,7 +8,8 @@ import torch
 from IPython.display import HTML, display
 
 from labtools.config import LabConfig, build_gpt
-from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, where_it_failed
+from labtools.exercises import (BOUND_FLOOR_S, LEARNER_ERRORS, NOT_WRITTEN, Outcome, failure, is_stub, outcome,
+                                time_bound)
 from labtools.memory import saved_activation_bytes
 from lessons.activation_checkpointing import VOCAB
 
@@ -54,11 +55,12 @@ def check_bytes(fn) -> Outcome:
     results = []
     for name, b, s, h, policy, hint in CASES:
         try:
-            got = fn(b, s, h, policy)
+            with time_bound(BOUND_FLOOR_S):
+                got = fn(b, s, h, policy)
         except NotImplementedError:
             return Outcome("not written", NOT_WRITTEN)
-        except Exception as e:  # noqa: BLE001 - the learner's error becomes a message, not a traceback
-            results.append({"case": name, "error": where_it_failed(e, fn.__code__.co_filename), "hint": hint})
+        except LEARNER_ERRORS as e:  # the learner's error, exit or endless loop becomes a message
+            results.append({"case": name, "error": failure(e, fn), "hint": hint})
             break
         measured = measured_block_bytes(b, s, h, policy)
         if not isinstance(got, (int, float)):

@@ -8,7 +8,8 @@ import math
 import torch
 from IPython.display import HTML, display
 
-from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, where_it_failed
+from labtools.exercises import (BOUND_FLOOR_S, LEARNER_ERRORS, NOT_WRITTEN, Outcome, failure, is_stub, outcome,
+                                time_bound)
 
 STEPS, BETAS, EPS = 25, (0.9, 0.95), 1e-8
 # (name, decoupled, lr, λ, hint shown if this case fails)
@@ -80,14 +81,15 @@ def check_decay(fn) -> Outcome:
     results = []
     for name, decoupled, lr, wd, hint in CASES:
         try:
-            got = adam_with(fn, decoupled, lr, wd)
+            with time_bound(BOUND_FLOOR_S):
+                got = adam_with(fn, decoupled, lr, wd)
         except NotImplementedError:
             return Outcome("not written", NOT_WRITTEN)
         except Unpaired as e:
             results.append({"case": name, "error": str(e)})
             break
-        except Exception as e:  # noqa: BLE001 - the learner's error becomes a message, not a traceback
-            results.append({"case": name, "error": where_it_failed(e, fn.__code__.co_filename), "hint": hint})
+        except LEARNER_ERRORS as e:  # the learner's error, exit or endless loop becomes a message
+            results.append({"case": name, "error": failure(e, fn), "hint": hint})
             break
         results.append({"case": name, "difference": (got - torch_adam(decoupled, lr, wd)).abs().max().item(),
                         "hint": hint})

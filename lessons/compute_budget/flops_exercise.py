@@ -6,7 +6,8 @@ import inspect
 
 from IPython.display import HTML, display
 
-from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, where_it_failed
+from labtools.exercises import (BOUND_FLOOR_S, LEARNER_ERRORS, NOT_WRITTEN, Outcome, failure, is_stub, outcome,
+                                time_bound)
 
 HINT = ("four parts: 6 FLOPs per matrix weight per token (2 forward, 4 backward); 12·h² matrix weights per block "
         "(q, k, v and the output projection 4h², the MLP 8h²); the head, tied to the embedding, V·h weights that "
@@ -28,11 +29,12 @@ def check_flops(fn, counts: list[dict]) -> Outcome:
         L, d, _, T = r["shape"]
         name = f"L = {L}, h = {d}, V = {r['vocab']}, s = {T}"
         try:
-            got = fn(L, d, r["vocab"], T)
+            with time_bound(BOUND_FLOOR_S):
+                got = fn(L, d, r["vocab"], T)
         except NotImplementedError:
             return Outcome("not written", NOT_WRITTEN)
-        except Exception as e:  # noqa: BLE001 - the learner's error becomes a message, not a traceback
-            return outcome([{"case": name, "error": where_it_failed(e, fn.__code__.co_filename), "hint": HINT}],
+        except LEARNER_ERRORS as e:  # the learner's error, exit or endless loop becomes a message
+            return outcome([{"case": name, "error": failure(e, fn), "hint": HINT}],
                            tol=0.0, what="", reference="")
         if not isinstance(got, (int, float)):
             return outcome([{"case": name, "error": f"return a number, got {type(got).__name__}"}], tol=0.0, what="",

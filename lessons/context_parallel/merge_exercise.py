@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 from IPython.display import HTML, display
 
-from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, source_of, where_it_failed
+from labtools.exercises import (BOUND_FLOOR_S, LEARNER_ERRORS, NOT_WRITTEN, Outcome, failure, is_stub, outcome,
+                                source_of, time_bound)
 from labtools.parallel.context import merge
 
 HINT = ("each partial output is an average weighted by exp(score − lse) over its own keys; the total exp-sum is "
@@ -55,6 +56,9 @@ def cases() -> list[dict]:
 
 RANKS = 2
 COLLECTIVE_TIMEOUT_S = 20  # a merge that fails on the ranks leaves its peers waiting: end them soon
+# Your merge has a bound of its own on the ranks (a multiple of the lab's merge's time); this one is the whole
+# launch's, for what that cannot stop: the lab's merge takes 5-10 s here, most of it starting the processes
+TIMEOUT_S = 90
 
 
 def check_merge(fn, S=None) -> Outcome:
@@ -65,11 +69,12 @@ def check_merge(fn, S=None) -> Outcome:
     results = []
     for c in cases():
         try:
-            got = fn(*c["args"])
+            with time_bound(BOUND_FLOOR_S):
+                got = fn(*c["args"])
         except NotImplementedError:
             return Outcome("not written", NOT_WRITTEN)
-        except Exception as e:  # noqa: BLE001 - the learner's error becomes a message, not a traceback
-            return outcome([{"case": c["case"], "error": where_it_failed(e, fn.__code__.co_filename),
+        except LEARNER_ERRORS as e:  # the learner's error, exit or endless loop becomes a message
+            return outcome([{"case": c["case"], "error": failure(e, fn),
                              "hint": c["hint"]}], tol=0.0, what="", reference="")
         if not (isinstance(got, tuple) and len(got) == 2 and all(torch.is_tensor(t) for t in got)):
             return outcome([{"case": c["case"], "error": "return the pair (out, lse), both tensors"}], tol=0.0,
@@ -91,16 +96,20 @@ def check_merge(fn, S=None) -> Outcome:
 def _on_ranks(fn, S, verdict: Outcome) -> Outcome:
     import dataclasses
 
-    from labtools.parallel import RankFailed, launch
+    from labtools.parallel import RankFailed, RunTimedOut, launch
     from lessons.context_parallel.ranks import MergeJob, merge_on_ranks
     shared = {f.name: getattr(S, f.name) for f in dataclasses.fields(S) if f.init}
     job = MergeJob(**shared, source=source_of(fn), name=fn.__name__)
     try:
-        res = launch(merge_on_ranks, RANKS, job, collective_timeout_s=COLLECTIVE_TIMEOUT_S, timeout_s=None,
+        res = launch(merge_on_ranks, RANKS, job, collective_timeout_s=COLLECTIVE_TIMEOUT_S, timeout_s=TIMEOUT_S,
                      desc=f"your merge × {RANKS}")
+    except RunTimedOut as e:
+        return Outcome("fail", f"inside ring attention on {RANKS} ranks your merge did not finish in {e.seconds:.0f} "
+                               "s — hint: a loop whose counter never moves")
     except RankFailed as e:
         return Outcome("fail", f"on {RANKS} ranks the run stopped: {e.error.splitlines()[0][:200]}")
-    failed = next((r.error for r in res if r.error), None)
+    errors = [r.error for r in res if r.error]  # a rank out of time first: the others only waited for it
+    failed = next((e for e in errors if "did not finish" in e), errors[0] if errors else None)
     if failed:
         return Outcome("fail", f"inside ring attention on {RANKS} ranks: {failed}")
     worst = max(r.difference for r in res)

@@ -14,14 +14,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
-from labtools.exercises import load_function, where_it_failed
+from labtools.exercises import LEARNER_ERRORS, bound_for, load_function, time_bound, where_it_failed
 from labtools.memory import saved_activations
 from labtools.parallel.comm import WireBytes
 from labtools.parallel.context import (LAYOUTS, SeqLayout, attend, block_attention, merge, pieces, positions,
-                                      ring_attention)
+                                       ring_attention)
 from labtools.parallel.toolkit import device, rank, report_progress, world_size
 from lessons.context_parallel import Settings
 
@@ -231,21 +230,26 @@ class MergeCheck:
 
 def merge_on_ranks(job: MergeJob) -> MergeCheck:
     """Ring attention with the learner's merge, both layouts, against one process: the largest difference of the
-    output and the gradients on this rank, or where the learner's code failed."""
+    output and the gradients on this rank, or where the learner's code failed (an endless loop included: it may take
+    a multiple of the lab's merge's time in the same ring, timed just before)."""
     try:
         fn = load_function(job.source, job.name, {"torch": torch})
     except Exception as e:  # noqa: BLE001 - the learner's cell does not compile: say so, on every rank alike
-        return MergeCheck(error=where_it_failed(e, f"<your {job.name}>"))
+        return MergeCheck(error=where_it_failed(e, f"<your {job.name}>", job.source))
     ref, worst = reference(job), 0.0
     for layout in LAYOUTS:
         q, k, v, R = tensors(job)
         pos = positions(job.seq, world_size(), rank(), layout)
+        start = time.perf_counter()
+        ring_attention(q[..., pos, :], k[..., pos, :], v[..., pos, :], pos, blocks=pieces(layout))  # the lab's merge
+        bound = bound_for(time.perf_counter() - start)
         ql, kl, vl = (t[..., pos, :].clone().requires_grad_() for t in (q, k, v))
         try:
-            out = ring_attention(ql, kl, vl, pos, blocks=pieces(layout), merge_fn=fn)
-            (out * R[..., pos, :]).sum().backward()
-        except Exception as e:  # noqa: BLE001 - every rank runs the same code on the same shapes: all fail alike
-            return MergeCheck(error=where_it_failed(e, f"<your {job.name}>"))
+            with time_bound(bound):
+                out = ring_attention(ql, kl, vl, pos, blocks=pieces(layout), merge_fn=fn)
+                (out * R[..., pos, :]).sum().backward()
+        except LEARNER_ERRORS as e:  # every rank runs the same code on the same shapes: all fail alike
+            return MergeCheck(error=f"rank {rank()}: {where_it_failed(e, f'<your {job.name}>', job.source)}")
         got = {"out": out.detach(), "q": ql.grad, "k": kl.grad, "v": vl.grad}
         worst = max([worst] + [(got[key] - ref[key][..., pos, :]).abs().max().item() for key in got])
     return MergeCheck(difference=worst)

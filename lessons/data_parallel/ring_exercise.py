@@ -9,11 +9,15 @@ from IPython.display import HTML, display
 
 from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, source_of
 from labtools.layout import collective_bytes
-from labtools.parallel import RankFailed, launch
+from labtools.parallel import RankFailed, RunTimedOut, launch
 from lessons.data_parallel import Settings, ring_ranks
 from lessons.data_parallel.ring_ranks import RingCase, RingExercise
 
 COLLECTIVE_TIMEOUT_S = 20  # a ring whose ranks disagree waits for a message that never comes: end it soon
+# Your function has a bound of its own on the ranks (a multiple of the lab's ring's time). This one is the
+# whole launch's, for what that cannot stop (a call into C that never returns): the lab's ring takes 4-8 s here,
+# most of it starting the processes
+EXERCISE_TIMEOUT_S = 60
 
 
 def reference(x, exchange):
@@ -39,15 +43,27 @@ def check(fn, S: Settings) -> Outcome:
     for world in S.exercise_worlds:
         try:
             res = launch(ring_ranks.ring_exercise, world, job, backend="gloo",
-                         collective_timeout_s=COLLECTIVE_TIMEOUT_S, timeout_s=None, desc=f"your ring × {world}")
+                         collective_timeout_s=COLLECTIVE_TIMEOUT_S, timeout_s=EXERCISE_TIMEOUT_S,
+                         desc=f"your ring × {world}")
+        except RunTimedOut as e:
+            return Outcome("fail", f"your function did not finish in {e.seconds:.0f} s on {world} ranks"
+                                   + _where(e.where, job.source) + " — hint: a loop whose counter never moves, or a "
+                                   "rank waiting for a message its neighbour never sends")
         except RankFailed as e:
             return Outcome("fail", f"on {world} ranks the run stopped: {e.error.splitlines()[0][:200]} — hint: every "
                                    "rank must call exchange() the same number of times, 2(n − 1), in the same order")
-        per_case = [max((r.cases[i] for r in res), key=_badness) for i in range(len(res[0].cases))]
+        per_case = [max((r.cases[i] for r in res if i < len(r.cases)), key=_badness)
+                    for i in range(max(len(r.cases) for r in res))]
         verdict = outcome([dataclasses.asdict(c) for c in per_case], tol=1e-6, what="your ring",
                           reference=f"dist.all_reduce on {world} ranks")
         if not verdict.passed:
             return verdict
+        extra = [c for r in res for c in r.cases if c.sent != c.ring_sent]
+        if extra:
+            c = extra[0]
+            return Outcome("fail", f"case {c.case!r}: the sum is right, but a rank sent {c.sent:,} bytes where a ring "
+                                   f"all-reduce sends {c.ring_sent:,} — hint: each of the 2(n − 1) steps passes one "
+                                   "chunk of about M/n to the neighbour, not the whole tensor")
         sent += [(world, per_case[0].sent, per_case[0].bytes)]
     bytes_note = "; ".join(f"N = {n}: {b:,} bytes sent per rank for {m:,} (2(N−1)/N · M = "
                            f"{collective_bytes('all_reduce', m, n):,.0f})" for n, b, m in sent)
@@ -55,8 +71,19 @@ def check(fn, S: Settings) -> Outcome:
                            f"{len(job.sizes)} tensor sizes ({bytes_note})", 0.0)
 
 
+def _where(where: dict[int, tuple[str, int]], source: str) -> str:
+    """': rank 0 was at line 5 of your function (`while s < n - 1:`)', from the ranks' stacks."""
+    if not where:
+        return ""
+    r, (_, line) = min(where.items())
+    lines = source.splitlines()
+    text = f" (`{lines[line - 1].strip()}`)" if 0 < line <= len(lines) else ""
+    return f": rank {r} was at line {line} of your function{text}"
+
+
 def _badness(case: RingCase) -> float:
-    return float("inf") if case.error else case.difference
+    """An error of the rank's own first (a rank waiting for its neighbour only follows it), then the difference."""
+    return float("inf") if case.error and not case.waiting else 1e300 if case.error else case.difference
 
 
 def solution_source() -> str:

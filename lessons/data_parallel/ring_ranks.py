@@ -4,17 +4,20 @@ and your ring all-reduce on real ranks (the exercise of section 2).
 Launched from notebooks/07_data_parallel.ipynb through lessons/data_parallel/collectives.py and ring_exercise.py.
 """
 
+import time
 from dataclasses import dataclass, replace
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-from labtools.exercises import load_function, where_it_failed
+from labtools.exercises import LEARNER_ERRORS, TookTooLong, bound_for, load_function, time_bound, where_it_failed
 from labtools.keys import Key
-from labtools.parallel.comm import ring_all_reduce
+from labtools.parallel.comm import ring_all_reduce, ring_steps
 from labtools.parallel.toolkit import rank, world_size
 
 # --- your ring, on real ranks (the exercise of section 2) -----------------------------------------------------
+
 
 
 @dataclass(frozen=True)
@@ -32,14 +35,49 @@ class RingCase:
     bytes: int | None = None         # the tensor's bytes (M)
     difference: float | None = None  # max |Δ| against dist.all_reduce; None when it raised
     sent: int | None = None          # bytes this rank sent through exchange()
+    ring_sent: int | None = None     # bytes a ring all-reduce sends from this rank: 2(N − 1) chunks of about M/N
     hint: str = ""
     error: str = ""                  # the learner's line that raised, if one did
+    waiting: bool = False            # the error is this rank's waiting for a neighbour that did not send
 
 
 @dataclass(frozen=True)
 class RingExerciseResult:
     """One rank's cases, in order; the first that raised is the last."""
     cases: list[RingCase]
+
+
+COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+               "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "send", "recv", "isend", "irecv",
+               "batch_isend_irecv")
+
+
+class refusing_collectives:
+    """Within the block, torch.distributed's collectives and sends raise, naming themselves, unless called through
+    `allowed` (exchange() holds the originals): the learner's ring must pass its chunks with exchange()."""
+
+    def __init__(self):
+        self.saved = {name: getattr(dist, name) for name in COLLECTIVES}
+
+    def __enter__(self):
+        for name in COLLECTIVES:
+            def refused(*args, _name=name, **kwargs):
+                raise RuntimeError(f"torch.distributed.{_name} is not part of this exercise: pass the chunks around "
+                                   "the ring with exchange()")
+            setattr(dist, name, refused)
+        return self.saved
+
+    def __exit__(self, *exc):
+        for name, fn in self.saved.items():
+            setattr(dist, name, fn)
+        return False
+
+
+def ring_sent(size: int, n: int, r: int, element_size: int = 4) -> int:
+    """Bytes rank r sends in a ring all-reduce of `size` elements over n ranks: the chunk of each of its 2(n − 1)
+    steps, as tensor_split makes them (an uneven size counts exactly)."""
+    chunks = [len(c) for c in torch.arange(size).tensor_split(n)]
+    return sum(chunks[send] for _, send, _ in ring_steps(n, r)) * element_size
 
 
 class _ExerciseDist:
@@ -66,12 +104,22 @@ def ring_exercise(job: RingExercise) -> RingExerciseResult:
     n, r = world_size(), rank()
     sent = 0
 
+    guard = refusing_collectives()
+    isend, irecv = guard.saved["isend"], guard.saved["irecv"]
+    deadline = 0.0
+
     def exchange(chunk: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         """Send chunk to the right-hand neighbour; return what arrived from the left, shaped like `like`."""
         nonlocal sent
         incoming = torch.empty_like(like)
-        for q in [dist.isend(chunk.contiguous(), (r + 1) % n), dist.irecv(incoming, (r - 1) % n)]:
-            q.wait()
+        for q in [isend(chunk.contiguous(), (r + 1) % n), irecv(incoming, (r - 1) % n)]:
+            try:
+                q.wait(timeout=timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
+            except RuntimeError:
+                if time.monotonic() < deadline:
+                    raise
+                raise TookTooLong(f"your function did not finish in time: waiting in exchange() for rank "
+                                  f"{(r - 1) % n}'s chunk") from None
         sent += chunk.numel() * chunk.element_size()
         return incoming
 
@@ -84,13 +132,22 @@ def ring_exercise(job: RingExercise) -> RingExerciseResult:
         x = torch.arange(size, dtype=torch.float32) * (r + 1) + r  # different on every rank
         want = x.clone()
         dist.all_reduce(want)
+        start = time.perf_counter()
+        ring_all_reduce(x.clone())  # the lab's ring, timed: your time bound is a multiple of it
+        bound = bound_for(time.perf_counter() - start)
         sent = 0
-        case = RingCase(f"{size} elements on {n} ranks", bytes=x.numel() * x.element_size())
+        case = RingCase(f"{size} elements on {n} ranks", bytes=x.numel() * x.element_size(),
+                        ring_sent=ring_sent(size, n, r, x.element_size()))
         try:
-            fn(x, exchange)
-        except Exception as e:  # noqa: BLE001 - reported as the learner's line, not a traceback
-            cases.append(replace(case, error=where_it_failed(e, f"<your {job.name}>")))
-            break  # the peers may now wait for this rank: the launch's collective timeout ends them
+            deadline = time.monotonic() + bound
+            with guard, time_bound(bound):
+                fn(x, exchange)
+        except LEARNER_ERRORS as e:  # reported as the learner's line, not a traceback or an exit
+            error = where_it_failed(e, f"<your {job.name}>", job.source)
+            hint = ("check that every loop's counter moves, and that every rank calls exchange() the same number of "
+                    "times" if isinstance(e, TookTooLong) else "")
+            cases.append(replace(case, error=f"rank {r}: {error}", waiting="exchange()" in str(e), hint=hint))
+            break  # the peers may now wait for this rank: their own bound, or the collective timeout, ends them
         diff = (x - want).abs().max().item() if size else 0.0
         cases.append(replace(case, difference=diff, sent=sent, hint=_ring_hint(x, want, n) if diff else ""))
     return RingExerciseResult(cases)

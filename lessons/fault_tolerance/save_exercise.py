@@ -15,7 +15,8 @@ from pathlib import Path
 
 from IPython.display import HTML, display
 
-from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, load_function, outcome, source_of, where_it_failed
+from labtools.exercises import (LEARNER_ERRORS, NOT_WRITTEN, Outcome, bound_for, failure, is_stub, load_function,
+                                outcome, source_of, time_bound)
 
 HEADER = 16  # bytes: b"v" + the version number, zero-padded; the rest of a version is its number's byte, repeated
 HINT = ("write the bytes to a temporary file in the same directory, flush and fsync it, then os.replace it over the "
@@ -125,16 +126,20 @@ def check_save(fn, workdir, size: int = 4 * 2**20, kills: int = 6, seed: int = 0
     base.mkdir(parents=True, exist_ok=True)
     target = base / "first.bin"
     results = []
+    start = time.perf_counter()
+    reference(str(base / "reference.bin"), b"the second, longer version")
+    bound = bound_for(time.perf_counter() - start)
     try:
         for data in (b"the first version", b"the second, longer version"):
-            fn(str(target), data)
+            with time_bound(bound):
+                fn(str(target), data)
             if target.read_bytes() != data:
                 return outcome([{"case": "saving here", "error": f"after saving {data!r} the file holds "
                                  f"{target.read_bytes()[:40]!r}", "hint": HINT}], tol=0.0, what="", reference="")
     except NotImplementedError:
         return Outcome("not written", NOT_WRITTEN)
-    except Exception as e:  # noqa: BLE001 - the learner's error becomes a message, not a traceback
-        return outcome([{"case": "saving here", "error": where_it_failed(e, fn.__code__.co_filename), "hint": HINT}],
+    except LEARNER_ERRORS as e:  # the learner's error, exit or endless loop becomes a message
+        return outcome([{"case": "saving here", "error": failure(e, fn), "hint": HINT}],
                        tol=0.0, what="", reference="")
     results.append({"case": "saving here", "difference": 0.0})
     rng = random.Random(seed)

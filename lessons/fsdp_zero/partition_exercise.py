@@ -6,7 +6,8 @@ import inspect
 
 from IPython.display import HTML, display
 
-from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, where_it_failed
+from labtools.exercises import (BOUND_FLOOR_S, LEARNER_ERRORS, NOT_WRITTEN, Outcome, failure, is_stub, outcome,
+                                time_bound)
 from lessons.fsdp_zero import Strategy
 from lessons.fsdp_zero.ranks import ShardingResult
 
@@ -46,14 +47,16 @@ def check_partition(fn, shard: dict[int, list[ShardingResult]]) -> Outcome:
     for name, sizes, N, expected in cases:
         expected = expected if expected is not None else reference(sizes, N)
         try:
-            got = fn(list(sizes), N)
+            with time_bound(BOUND_FLOOR_S):
+                got = fn(list(sizes), N)
         except NotImplementedError:
             return Outcome("not written", NOT_WRITTEN)
-        except Exception as e:  # noqa: BLE001 - the learner's error becomes a message, not a traceback
-            results.append({"case": name, "error": where_it_failed(e, fn.__code__.co_filename), "hint": HINT})
+        except LEARNER_ERRORS as e:  # the learner's error, exit or endless loop becomes a message
+            results.append({"case": name, "error": failure(e, fn), "hint": HINT})
             break
         try:
-            got = [sorted(int(i) for i in r) for r in got]
+            with time_bound(BOUND_FLOOR_S):
+                got = [sorted(int(i) for i in r) for r in got]
         except TypeError:
             results.append({"case": name, "error": "return one list of parameter indices per rank"})
             break

@@ -10,7 +10,8 @@ import torch
 from IPython.display import HTML, display
 
 from labtools import plots
-from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, where_it_failed
+from labtools.exercises import (BOUND_FLOOR_S, LEARNER_ERRORS, NOT_WRITTEN, Outcome, failure, is_stub, outcome,
+                                time_bound)
 
 INIT_SCALE = 2.0**16
 F, T = False, True
@@ -76,14 +77,15 @@ def check_update(fn) -> Outcome:
     results = []
     for name, found_inf, interval, hint in CASES:
         try:
-            got = learner_scales(fn, found_inf, interval)
+            with time_bound(BOUND_FLOOR_S):
+                got = learner_scales(fn, found_inf, interval)
         except NotImplementedError:
             return Outcome("not written", NOT_WRITTEN)
         except Unpaired as e:
             results.append({"case": name, "error": str(e)})
             break
-        except Exception as e:  # noqa: BLE001 - the learner's error becomes a message, not a traceback
-            results.append({"case": name, "error": where_it_failed(e, fn.__code__.co_filename), "hint": hint})
+        except LEARNER_ERRORS as e:  # the learner's error, exit or endless loop becomes a message
+            results.append({"case": name, "error": failure(e, fn), "hint": hint})
             break
         expected = gradscaler_scales(found_inf, interval)
         wrong = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), None)
@@ -105,11 +107,12 @@ def replay(fn, runs: dict, S) -> Outcome:
     result = Outcome("not written", NOT_WRITTEN)
     if not is_stub(fn):
         try:
-            mine = [h.loss_scale[0]] + learner_scales(fn, h.skipped[:-1], S.growth_interval, h.loss_scale[0])
+            with time_bound(BOUND_FLOOR_S):
+                mine = [h.loss_scale[0]] + learner_scales(fn, h.skipped[:-1], S.growth_interval, h.loss_scale[0])
         except NotImplementedError:
             mine = None
-        except Exception as e:  # noqa: BLE001 - the learner's error becomes a message, not a traceback
-            mine, result = None, Outcome("fail", where_it_failed(e, fn.__code__.co_filename))
+        except LEARNER_ERRORS as e:  # the learner's error, exit or endless loop becomes a message
+            mine, result = None, Outcome("fail", failure(e, fn))
         if mine is not None:
             fig.add_trace(go.Scatter(x=h.step, y=mine, mode="lines", name="your update rule",
                                      line=dict(color=plots.color(1), dash="dash")))

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from IPython.display import HTML, display
 
-from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, where_it_failed
+from labtools.exercises import (BOUND_FLOOR_S, LEARNER_ERRORS, NOT_WRITTEN, Outcome, failure, is_stub, outcome,
+                                time_bound)
 from labtools.pipeline import Schedule, schedule_order
 from lessons.pipeline_parallel.launches import DepthRun
 
@@ -58,11 +59,12 @@ def check_order(fn, results: dict[int, DepthRun]) -> Outcome:
     for name, p, m, expected in cases:
         for r in range(p):
             try:
-                got = [(str(k).upper(), int(i)) for k, i in fn(r, p, m)]
+                with time_bound(BOUND_FLOOR_S):
+                    got = [(str(k).upper(), int(i)) for k, i in fn(r, p, m)]
             except NotImplementedError:
                 return Outcome("not written", NOT_WRITTEN)
-            except Exception as e:  # noqa: BLE001 - the learner's error becomes a message, not a traceback
-                results_.append({"case": f"{name}, rank {r}", "error": where_it_failed(e, fn.__code__.co_filename),
+            except LEARNER_ERRORS as e:  # the learner's error, exit or endless loop becomes a message
+                results_.append({"case": f"{name}, rank {r}", "error": failure(e, fn),
                                  "hint": HINT})
                 return outcome(results_, tol=0.0, what="", reference="")
             if got != expected[r]:

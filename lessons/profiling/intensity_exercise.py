@@ -6,7 +6,8 @@ import inspect
 
 from IPython.display import HTML, display
 
-from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, where_it_failed
+from labtools.exercises import (BOUND_FLOOR_S, LEARNER_ERRORS, NOT_WRITTEN, Outcome, failure, is_stub, outcome,
+                                time_bound)
 
 HINT = ("FLOPs: one multiply and one add for each of the m·n outputs' k terms, 2·m·k·n; bytes: each of the three "
         "matrices (m×k, k×n and the m×n result) once, times the bytes per element")
@@ -44,11 +45,12 @@ def check_intensity(fn, roof: dict) -> Outcome:
     results = []
     for c in cases(roof):
         try:
-            got = fn(*c["args"])
+            with time_bound(BOUND_FLOOR_S):
+                got = fn(*c["args"])
         except NotImplementedError:
             return Outcome("not written", NOT_WRITTEN)
-        except Exception as e:  # noqa: BLE001 - the learner's error becomes a message, not a traceback
-            return outcome([{"case": c["case"], "error": where_it_failed(e, fn.__code__.co_filename), "hint": HINT}],
+        except LEARNER_ERRORS as e:  # the learner's error, exit or endless loop becomes a message
+            return outcome([{"case": c["case"], "error": failure(e, fn), "hint": HINT}],
                            tol=0.0, what="", reference="")
         if not isinstance(got, (int, float)):
             return outcome([{"case": c["case"], "error": f"return a number, got {type(got).__name__}"}], tol=0.0,

@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from IPython.display import HTML, display
 
-from labtools.exercises import NOT_WRITTEN, Outcome, difference, is_stub, outcome, where_it_failed
+from labtools.exercises import (BOUND_FLOOR_S, LEARNER_ERRORS, NOT_WRITTEN, Outcome, difference, failure, is_stub,
+                                outcome, time_bound)
 
 HINT = ("c_fc is column-parallel: rank r keeps rows r·4h/tp … (r+1)·4h/tp of its weight (out × in) and the same slice "
         "of its bias; c_proj is row-parallel: rank r keeps the same range of its weight's columns")
@@ -42,11 +43,12 @@ def check_shards(fn) -> Outcome:
         name = f"h = {h} split over tp = {tp} ranks"
         for r in range(tp):
             try:
-                got = fn(W_fc.clone(), b_fc.clone(), W_proj.clone(), tp, r)
+                with time_bound(BOUND_FLOOR_S):
+                    got = fn(W_fc.clone(), b_fc.clone(), W_proj.clone(), tp, r)
             except NotImplementedError:
                 return Outcome("not written", NOT_WRITTEN)
-            except Exception as e:  # noqa: BLE001 - the learner's error becomes a message, not a traceback
-                return outcome([{"case": f"{name}, rank {r}", "error": where_it_failed(e, fn.__code__.co_filename),
+            except LEARNER_ERRORS as e:  # the learner's error, exit or endless loop becomes a message
+                return outcome([{"case": f"{name}, rank {r}", "error": failure(e, fn),
                                  "hint": HINT}], tol=0.0, what="", reference="")
             expected = reference(W_fc, b_fc, W_proj, tp, r)
             if not (isinstance(got, (tuple, list)) and len(got) == 3):
