@@ -17,13 +17,6 @@ import math
 import torch
 
 from labtools.keys import Key
-from labtools.shapes import ModelShape
-
-
-def flops_per_token(model: ModelShape, recompute: bool = False) -> float:
-    """Training FLOPs per token of a shape (labtools.shapes.ModelShape.flops_per_token: 6P, or 8P recomputed, plus
-    attention's 12·L·s·h). TEMPORARY name while lesson 16's calibration moves to the method."""
-    return model.flops_per_token(recompute)
 
 
 def training_days(n_params: float, tokens: float, gpus: int, flops_per_gpu: float, recompute: bool = True) -> float:

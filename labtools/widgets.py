@@ -250,10 +250,3 @@ class Panel:
                                   f"Starting values</summary>\n\n| control | value |\n|---|---|\n{rows}\n\n</details>"},
                 raw=True)
         self.draw(**self.values()).show()
-
-
-# TEMPORARY: the names that moved out, for the lessons that still import them from here
-from labtools.controls import (choice_slider, label, nice_values, number_box, options_with, parse_number,  # noqa: E402,F401
-                               slider)
-from labtools.quiz import Question as Exercise, answer_check  # noqa: E402,F401
-from labtools.runcache import RunCache  # noqa: E402,F401

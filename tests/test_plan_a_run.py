@@ -7,7 +7,6 @@ import pytest
 
 from labtools import plan
 from labtools.claims import Ledger
-from labtools.compute import flops_per_token
 from labtools.parallel import launch
 from labtools.plan import CLUSTERS, GPU, MODELS, Layout, Part, run_plan, step_time
 from labtools.runs import MTNLG_RUN
@@ -20,7 +19,7 @@ def test_a_steps_parts_add_up_and_its_model_flops_give_mfu():
     e = step_time(MODELS["405B"], H100, Layout(128, 8, 16), 2048, v=4, efficiency=0.7, dp_overlap=0.5)
     assert sum(e.breakdown.values()) == pytest.approx(e.step_s, rel=1e-12)
     assert e.dp_exposed_s == pytest.approx(0.5 * e.dp_comm_s)
-    assert e.model_flops == pytest.approx(flops_per_token(MODELS["405B"]) * 2048 * 8192)
+    assert e.model_flops == pytest.approx(MODELS["405B"].flops_per_token() * 2048 * 8192)
     assert e.mfu == pytest.approx(e.model_flops / (e.step_s * 16384 * H100.peak_flops))
     # recomputation is hardware work, not model work: the same step with it is slower and its MFU lower
     plain = step_time(MODELS["405B"], H100, Layout(128, 8, 16), 2048, v=4, efficiency=0.7, checkpoint="none")

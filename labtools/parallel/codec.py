@@ -68,8 +68,6 @@ def encode_config(fn, config) -> dict | None:
 
 def encode_result(fn, result) -> dict:
     """The result as JSON-ready data, after checking it is an instance of the function's result dataclass."""
-    if isinstance(result, dict) and typing.get_type_hints(fn).get("return") in (dict, None):
-        return json.loads(json.dumps(result))  # TEMPORARY: untyped results while the lessons move over
     cls = result_type(fn)
     if not isinstance(result, cls):
         raise TypeError(f"{fn.__module__}.{fn.__qualname__} must return a {cls.__qualname__} (its annotation), "

@@ -13,16 +13,19 @@ annotation. It runs
         --nproc-per-node N -m labtools.parallel.worker RUN_DIR/job.json
 
 Each rank (labtools/parallel/worker.py) initialises the process group (NCCL with one GPU per rank when there
-are enough GPUs, else gloo on the CPU with one thread per rank), calls `function(config) -> dict`, and
-writes the dict; `launch` returns them in rank order, each with a "dist" entry saying rank, world size,
-backend and device.
+are enough GPUs, else gloo on the CPU with one thread per rank), calls `function(config) -> Result` (a
+dataclass, its return annotation) and writes it as JSON; `launch` rebuilds each rank's Result, checked field by
+field like the config, and returns them in rank order as a `Ranks` list whose `.dist[r]` says rank r's world
+size, backend and device.
 
 Failure handling (diagnose.py and processes.py; tests/test_dist.py):
 - a rank that raises -> RankFailed naming the rank, with its traceback, within seconds;
 - a rank killed by a signal (no result, no error of its own) -> RankFailed naming that rank and signal,
   even when its peers then fail with "connection closed";
 - a collective that not every rank reaches -> the process-group timeout (collective_timeout_s);
-- an overall timeout, a KeyboardInterrupt or a panel's Cancel -> every process of the run is stopped;
+- an overall timeout -> RunTimedOut, with the line of a learner's function each rank was on (their stacks);
+- an overall timeout, a KeyboardInterrupt or a panel's Cancel -> every process of the run is stopped, and any
+  process a rank started (it inherits the run directory in its environment);
 - the caller itself dies (SIGTERM, SIGHUP, SIGKILL: a closed terminal, a CI timeout, the OOM killer) ->
   the supervisor gets a parent-death signal and stops torchrun; ranks die with torchrun.
 torchrun's own files go under the run directory, which is removed afterwards (keep_dir=True keeps it).
@@ -36,7 +39,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import typing
 import uuid
 from pathlib import Path
 
@@ -181,8 +183,6 @@ def _where_now(run_dir: Path, nprocs: int) -> dict[int, tuple[str, int]]:
 def typed(fn, raw: list[dict]) -> Ranks:
     """The ranks' results rebuilt as fn's return dataclass (validated like the config), with where each ran."""
     dist = [DistInfo(**r["dist"]) for r in raw]
-    if typing.get_type_hints(fn).get("return") in (dict, None):  # TEMPORARY: untyped, while the lessons move over
-        return Ranks([dict(r["result"], dist=r["dist"]) for r in raw], dist)
     cls = result_type(fn)
     return Ranks([decode_result(cls, r["result"]) for r in raw], dist)
 

@@ -10,7 +10,8 @@ from labtools.compute import Convention, flops_by_convention
 from labtools.progress import progress
 from labtools.schedules import bind, warmup_cosine
 from labtools.train import TrainConfig, train
-from labtools.widgets import Panel, RunCache
+from labtools.runcache import RunCache
+from labtools.widgets import Panel
 from lessons.compute_budget import Settings, corpus, gpt
 
 

@@ -14,7 +14,9 @@ from labtools.config import derive
 from labtools.parallel import launch
 from labtools.plan import CLUSTER_LABELS, CLUSTERS, GPU
 from labtools.runs import GPT3, LLAMA3, PUBLISHED, PublishedRun
-from labtools.widgets import Exercise, Panel, answer_check, choice_slider, number_box, parse_number, slider
+from labtools.controls import choice_slider, number_box, parse_number, slider
+from labtools.quiz import Question, answer_check
+from labtools.widgets import Panel
 from lessons.compute_budget import CHINCHILLA_TOKENS_PER_PARAM, TIMEOUT_S, Settings, ranks
 from lessons.compute_budget.ranks import ScalingJob, WeakScaling
 
@@ -154,13 +156,13 @@ def scaling_findings(ledger: Ledger, w: Scaling) -> Findings:
     ])
 
 
-def exercises(ledger: Ledger) -> list[Exercise]:
+def exercises(ledger: Ledger) -> list[Question]:
     h100 = CLUSTERS[GPU.H100]
     n, tokens = 70e9, CHINCHILLA_TOKENS_PER_PARAM * 70e9
     flops = training_flops(n, tokens)
     days = training_seconds(flops, 2048, h100.peak_flops, 0.4) / 86400
     ledger.note("exercise_answers", {"tokens": tokens, "flops": flops, "days": days})  # computed, as the panel does
-    return [Exercise(
+    return [Question(
         "Chinchilla-optimal 70B", "A Chinchilla-optimal 70B model (20 tokens per parameter) on 2048 H100s "
         "(989 teraFLOP/s dense bf16) at 40% MFU: how many tokens (billions), how many FLOPs (in units of 1e23), "
         "how many days?",

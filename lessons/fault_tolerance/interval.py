@@ -8,7 +8,8 @@ import plotly.graph_objects as go
 from labtools import plots
 from labtools.checkpoint import waste, young_interval
 from labtools.claims import Findings, Ledger, approx
-from labtools.widgets import Panel, choice_slider, slider
+from labtools.controls import choice_slider, slider
+from labtools.widgets import Panel
 from lessons.fault_tolerance import CASES, HOUR, LLAMA3_MTBF_S
 
 

@@ -10,7 +10,6 @@ import plotly.graph_objects as go
 
 from labtools import plots
 from labtools.claims import Findings, Ledger, approx, at_least
-from labtools.compute import flops_per_token
 from labtools.config import derive
 from labtools.parallel import launch
 from labtools.plan import Cluster, CollectiveCosts, Layout, LinkCost, ModelShape, StepEstimate, collective_bytes, \
@@ -83,7 +82,7 @@ def predict(S: Settings, r: Calibration, one_rank_alone: bool = False) -> Predic
                                    collectives=CollectiveCosts(**{kind.value: c for kind, c in costs.items()}))
     est, efficiency = {}, {}
     for run in Run:
-        achieved = flops_per_token(model) * tokens / (r.solo.median if one_rank_alone else r.runs[run].compute.median)
+        achieved = model.flops_per_token() * tokens / (r.solo.median if one_rank_alone else r.runs[run].compute.median)
         peak = max(r.peak.median, achieved)  # a step faster than the matmul benchmark: its own rate is the peak
         efficiency[run] = achieved / peak
         est[run] = step_time(model, cluster(peak), Layout(WORLD, 1, 1), WORLD * S.batch_size, zero_stage=ZERO[run],
