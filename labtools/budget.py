@@ -13,6 +13,8 @@ Introduced in notebooks/05_activation_checkpointing.ipynb and notebooks/06_memor
 import math
 from dataclasses import dataclass
 
+from labtools.validate import check_range
+
 # --- prediction: activations ------------------------------------------------------------------------------
 
 # What each op of labtools.model.Block saves for backward, in elements of a (B, T, C) tensor, for
@@ -260,6 +262,11 @@ def architecture(n_layer: int, n_embd: int, n_head: int, vocab_size: int, seq_le
     Larger published models differ in detail (LLaMA: SwiGLU MLP of 8C/3 with three matrices, RMSNorm, no
     biases, untied output layer); at the same depth and width their parameter count is within a few percent.
     """
+    for name, value in (("n_layer", n_layer), ("n_embd", n_embd), ("n_head", n_head), ("vocab_size", vocab_size),
+                        ("seq_len", seq_len), ("micro_batch", micro_batch)):
+        check_range(name, value, 1, None, int)
+    if n_embd % n_head:
+        raise ValueError(f"n_head ({n_head}) must divide n_embd ({n_embd})")
     T = block_size or seq_len
     C = n_embd
     shapes = [(vocab_size, C), (T, C)]

@@ -25,6 +25,7 @@ import torch
 
 from labtools import data
 from labtools.model import GPT, GPTConfig
+from labtools.validate import check_range
 
 PROFILES = ("smoke", "cpu", "gpu", "auto")
 
@@ -38,16 +39,6 @@ def resolve_profile(profile: str) -> str:
     if profile == "auto":
         return "gpu" if torch.cuda.is_available() else "cpu"
     return profile
-
-
-def check_range(name: str, value, lo=None, hi=None, kind=(int, float)) -> None:
-    """Raise ValueError naming `name` unless lo <= value <= hi (either bound may be None)."""
-    ok = isinstance(value, kind) and not isinstance(value, bool)
-    ok = ok and (lo is None or value >= lo) and (hi is None or value <= hi)
-    if not ok:
-        lo_s = "-inf" if lo is None else lo
-        hi_s = "inf" if hi is None else hi
-        raise ValueError(f"{name} must be in [{lo_s}, {hi_s}], got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from labtools.budget import MemoryBudget, architecture, estimate
 from labtools.shapes import ModelShape, MoEShape
+from labtools.validate import check_range
 
 # --- pipelines -------------------------------------------------------------------------------------------------
 
@@ -166,8 +167,9 @@ def layouts(world: int, model: ModelShape, gpus_per_node: int | None = None, cp:
             ) -> list[Layout]:
     """Every dp × tp × pp × cp = world that check_layout accepts, with cp from `cp`, smallest model-parallel
     degree first."""
-    if not isinstance(world, int) or isinstance(world, bool) or world < 1:
-        raise ValueError(f"world must be an int >= 1, got {world!r}")
+    check_range("world", world, 1, None, int)
+    for c in cp:
+        check_range("cp", c, 1, None, int)
     out = []
     for c in cp:
         if world % c:

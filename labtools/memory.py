@@ -10,10 +10,12 @@ Measurement (any device):
     peak_bytes               the peak of one training step split by kind (torch's MemTracker; CPU and CUDA)
     step_anatomy             what a training step holds at each of its moments, by kind (the same tracker)
     cuda_peak_bytes          the CUDA allocator's peak around a call
+    check_fits               refuse a setting whose predicted memory this machine does not have, with the numbers
 
 Introduced in notebooks/05_activation_checkpointing.ipynb and notebooks/06_memory_budget.ipynb.
 """
 
+import os
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -209,3 +211,29 @@ def cuda_peak_bytes(fn: Callable[[], None]) -> int:
     fn()
     torch.cuda.synchronize()
     return torch.cuda.max_memory_allocated() - before
+
+
+# --- what this machine has ---------------------------------------------------------------------------------
+
+
+def free_bytes(device: torch.device) -> int:
+    """Memory a run can use now: a GPU's free memory, or on the CPU what Linux reports available (MemAvailable:
+    free plus what the page cache gives back), or else the machine's total."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_fits(name: str, value, need: float, device: torch.device, what: str) -> None:
+    """Raise ValueError naming the parameter where its predicted memory (`need` bytes, for `what`) is more than
+    this machine has free: before any heavy work, instead of a machine that swaps or a process the OOM killer ends."""
+    have = free_bytes(device)
+    if need > have:
+        raise ValueError(f"{name} = {value} would need about {need / 1e9:.1f} GB ({what}); this machine has "
+                         f"{have / 1e9:.1f} GB free on the {device.type.upper()}: choose a smaller {name}")

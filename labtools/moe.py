@@ -21,6 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from labtools.model import GPT, MLP, GPTConfig
+from labtools.validate import check_range
 
 
 @dataclass
@@ -46,8 +47,10 @@ class Routing:
 
 def capacity(tokens: int, n_experts: int, k: int, factor: float) -> int:
     """Slots per expert: ⌈factor · tokens · k / E⌉ (GShard, Lepikhin et al. 2020; Switch, Fedus et al. 2021)."""
-    if not factor > 0:
-        raise ValueError(f"capacity factor must be > 0, got {factor!r}")
+    check_range("tokens", tokens, 0, None, int)
+    check_range("n_experts", n_experts, 1, None, int)
+    check_range("k", k, 1, n_experts, int)
+    check_range("factor", factor, 0, None, open_lo=True)
     return math.ceil(factor * tokens * k / n_experts)
 
 
@@ -58,11 +61,11 @@ def route(logits: torch.Tensor, k: int, capacity: int) -> Routing:
     Jiang et al. 2024), with k = 1 the probability itself, so that the router still learns from the loss (Switch).
     Capacity: each expert takes at most `capacity` assignments, first choices before second choices, earlier tokens
     first; the rest are dropped (the token's residual stream passes them by)."""
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be (tokens, experts), got shape {tuple(logits.shape)}")
+    check_range("k", k, 1, logits.size(1), int)  # of the E experts
+    check_range("capacity", capacity, 1, None, int)
     T, E = logits.shape
-    if not 1 <= k <= E:
-        raise ValueError(f"top-k must be in [1, {E}] (the number of experts), got {k!r}")
-    if capacity < 1:
-        raise ValueError(f"capacity must be >= 1, got {capacity!r}")
     probs = F.softmax(logits, dim=-1)
     top_p, expert = probs.topk(k, dim=-1)
     gate = top_p / top_p.sum(-1, keepdim=True) if k > 1 else top_p

@@ -22,6 +22,7 @@ from labtools.layout import (COLLECTIVES, Layout, bubble_fraction, check_layout,
                              tensor_parallel_bytes)
 from labtools.runs import LLAMA3_GPU_MTBF_H
 from labtools.shapes import MODELS, ModelShape  # noqa: F401 - the shapes it plans for
+from labtools.validate import check_range
 
 # --- the planner: memory and step time of a layout on a cluster ---------------------------------------------
 
@@ -55,6 +56,12 @@ class Cluster:
     inter_bw: float        # between nodes (InfiniBand, one NIC per GPU)
     latency: float = 5e-6  # α per ring step, seconds
     collectives: CollectiveCosts | None = None  # measured per collective: used for the data-parallel traffic
+
+    def __post_init__(self):
+        check_range("gpus_per_node", self.gpus_per_node, 1, None, int)
+        for name in ("gpu_memory", "peak_flops", "intra_bw", "inter_bw"):
+            check_range(name, getattr(self, name), 0, None, open_lo=True)
+        check_range("latency", self.latency, 0, None)
 
     def dp_seconds(self, kind: str, n_bytes: float, world: int) -> float:
         """A data-parallel collective between nodes: its measured α-β where given, else the ring's over inter_bw."""

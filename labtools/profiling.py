@@ -26,6 +26,7 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 from labtools.progress import progress
+from labtools.validate import check_range
 
 aten = torch.ops.aten
 # Kernels FlopCounterMode has no formula for, and the kernel whose formula fits them (same leading arguments)
@@ -97,6 +98,7 @@ def _sync(device: torch.device) -> Callable[[], None]:
 def matmul_peak(sizes, device: torch.device, dtypes=(("fp32", torch.float32),), repeats: int = 3) -> dict:
     """Achieved FLOP/s of n×n matrix products, best over sizes and repeats, per dtype: {name: {by_size, peak}}.
     On a GPU a vendor publishes a peak; a CPU has no honest one, so the best rate reached here stands for it."""
+    check_range("repeats", repeats, 1, None, int)
     sync, out = _sync(device), {}
     for name, dtype in progress(dtypes, desc="matmul peak"):
         rates = {}
@@ -119,6 +121,8 @@ def matmul_peak(sizes, device: torch.device, dtypes=(("fp32", torch.float32),), 
 def bandwidth(n: int, device: torch.device, repeats: int = 5) -> dict[str, float]:
     """Memory bandwidth in bytes/s, best of `repeats`, on fp32 arrays of n elements (make them far larger than the
     caches): copy (b → a: 8n bytes) and triad (a = b + s·c: 12n bytes), as in McCalpin's STREAM."""
+    check_range("n", n, 1, None, int)
+    check_range("repeats", repeats, 1, None, int)
     a, b, c = (torch.rand(n, device=device) for _ in range(3))
     sync, best = _sync(device), {"copy": math.inf, "triad": math.inf}
     for _ in range(repeats):

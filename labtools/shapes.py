@@ -13,6 +13,7 @@ Nothing here is measured: every value is a count from a shape, or a figure as it
 from dataclasses import dataclass
 
 from labtools.budget import architecture
+from labtools.validate import check_range
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,17 @@ class ModelShape:
     seq: int                   # training context length
     n_params: int | None = None
     n_kv_head: int | None = None  # grouped-query attention: heads of keys and values (None: n_head)
+
+    def __post_init__(self):
+        for name in ("n_layer", "n_embd", "n_head", "vocab", "seq"):
+            check_range(name, getattr(self, name), 1, None, int)
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_head ({self.n_head}) must divide n_embd ({self.n_embd})")
+        if self.n_kv_head is not None:
+            check_range("n_kv_head", self.n_kv_head, 1, self.n_head, int)
+            if self.n_head % self.n_kv_head:
+                raise ValueError(f"n_kv_head ({self.n_kv_head}) must divide n_head ({self.n_head}): each key/value "
+                                 "head serves a whole group of query heads")
 
     @property
     def kv_width(self) -> int:

@@ -17,7 +17,8 @@ solution (list the lesson in EXERCISES, tests/test_browser.py). Lessons 00, 02 a
 __init__.py, the settings (labtools.config says how profiles and overrides resolve):
 
     from dataclasses import dataclass
-    from labtools.config import LabConfig, check_range, resolve
+    from labtools.config import LabConfig, resolve
+    from labtools.validate import check_range
 
     @dataclass(frozen=True, kw_only=True)
     class Settings(LabConfig):          # profile, n_layer, n_embd, n_head, block_size, batch_size, steps, lr, seed

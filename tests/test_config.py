@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from labtools.claims import Findings
-from labtools.config import LabConfig, check_range, derive, resolve_profile
+from labtools.config import LabConfig, derive, resolve_profile
 from labtools.device import pick_device, report
+from labtools.validate import check_range
 from lessons import training_loop
 
 
@@ -41,7 +42,7 @@ def test_unknown_override_is_rejected():
 
 def test_check_helpers():
     check_range("X", 3, 1, 5)
-    with pytest.raises(ValueError, match=r"X must be in \[1, 5\], got 6"):
+    with pytest.raises(ValueError, match=r"X must be a number in \[1, 5\], got 6"):
         check_range("X", 6, 1, 5)
     with pytest.raises(ValueError, match="X"):
         check_range("X", True, 0, 5)

@@ -6,15 +6,25 @@ import ast
 import inspect
 from pathlib import Path
 
+import math
+
 import pytest
+import torch
 
 import labtools.config
+from labtools import budget, moe, plan
+from labtools import profiling as measure
+from labtools.exercises import Case, check
+from labtools.layout import layouts
+from labtools.parallel.context import SeqLayout, positions
+from labtools.shapes import MODELS, ModelShape
 from lessons import (activation_checkpointing, adamw_vs_adam_l2, compute_budget, context_parallel, data_parallel,
                      fault_tolerance, fsdp_zero, lr_schedules, memory_budget, mixed_precision, mixture_of_experts,
                      pipeline_parallel, plan_a_run, profiling, stability, tensor_parallel, training_loop)
 from lessons.activation_checkpointing import playground as checkpointing_playground
 from lessons.adamw_vs_adam_l2 import landscape
 from lessons.data_parallel import playground as ddp_playground
+from lessons.mixture_of_experts import training as moe_training
 from lessons.pipeline_parallel import playground as pipeline_playground
 from lessons.pipeline_parallel import schedule
 from lessons.training_loop import playground as size_playground
@@ -76,6 +86,10 @@ def panels(module, S) -> list[tuple[object, dict[str, object]]]:
         panel, _ = pipeline_playground.measured_panel(S, results={})
         return [(schedule.panel(S), {"m": S.m, "v": S.v, "p": max(S.worlds)}),
                 (panel, {"p": max(S.worlds)})]
+    if module is mixture_of_experts:
+        logits = [torch.zeros(16, S.n_experts)]
+        panel = moe_training.routing_panel({"MoE": {"logits": logits}, "no balance": {"logits": logits}}, S)
+        return [(panel, {"factor": S.capacity_factor, "k": S.top_k})]
     if module is adamw_vs_adam_l2:
         panel = landscape.cell_panel(S, runs={})
         return [(panel, {"lr": S.grid_lrs[len(S.grid_lrs) // 2], "wd": S.grid_wds[-1]})]
@@ -109,3 +123,56 @@ def test_just_outside_the_range_is_a_named_error(module, name, field, expr):
 def test_an_unknown_profile_is_a_named_error(module):
     with pytest.raises(ValueError, match=r"PROFILE must be one of \('smoke', 'cpu', 'gpu', 'auto'\)"):
         module.settings("turbo")
+
+
+SHAPE = MODELS["7B"]
+CPU = torch.device("cpu")
+BAD_ARGUMENTS = [  # (call, the argument the message must name)
+    (lambda: moe.capacity(-5, 4, 2, 1.25), "tokens"),
+    (lambda: moe.capacity(8, 0, 1, 1.25), "n_experts"),
+    (lambda: moe.capacity(8, 4, 5, 1.25), "k"),
+    (lambda: moe.capacity(8, 4, 2, 0.0), "factor"),
+    (lambda: moe.capacity(8, 4, 2, math.nan), "factor"),
+    (lambda: moe.capacity(8, 4, 2, math.inf), "factor"),
+    (lambda: moe.route(torch.zeros(8, 4), 2, 2.5), "capacity"),
+    (lambda: moe.route(torch.zeros(8, 4), 0, 2), "k"),
+    (lambda: moe.route(torch.zeros(8), 1, 2), "logits"),
+    (lambda: positions(12, 2, 5, SeqLayout.ZIGZAG), "r"),
+    (lambda: positions(12, 2, -1, SeqLayout.CONTIGUOUS), "r"),
+    (lambda: positions(12, 0, 0, SeqLayout.ZIGZAG), "c"),
+    (lambda: positions(12, 2, 0, "diagonal"), "layout"),
+    (lambda: plan.Cluster(8, 80e9, 0, 300e9, 25e9), "peak_flops"),
+    (lambda: plan.Cluster(8, -1, 312e12, 300e9, 25e9), "gpu_memory"),
+    (lambda: plan.Cluster(0, 80e9, 312e12, 300e9, 25e9), "gpus_per_node"),
+    (lambda: plan.Cluster(8, 80e9, 312e12, 300e9, math.nan), "inter_bw"),
+    (lambda: ModelShape(2, 64, 8, 100, 64, n_kv_head=3), "n_kv_head"),
+    (lambda: ModelShape(2, 64, 5, 100, 64), "n_head"),
+    (lambda: ModelShape(0, 64, 8, 100, 64), "n_layer"),
+    (lambda: layouts(8, SHAPE, cp=(0,)), "cp"),
+    (lambda: layouts(0, SHAPE), "world"),
+    (lambda: budget.architecture(2, 64, 5, 100, 64, 1), "n_head"),
+    (lambda: budget.architecture(2, 64, 4, 100, 64, 0), "micro_batch"),
+    (lambda: measure.matmul_peak([8], CPU, repeats=0), "repeats"),
+    (lambda: measure.bandwidth(1024, CPU, repeats=0), "repeats"),
+    (lambda: check(lambda x: x, lambda x: x, []), "case"),
+    (lambda: check(lambda x: x, lambda x: x, [Case("one", (1.0,))], tol=math.nan), "tol"),
+]
+
+
+@pytest.mark.parametrize("call, name", BAD_ARGUMENTS, ids=[f"{i}-{n}" for i, (_, n) in enumerate(BAD_ARGUMENTS)])
+def test_a_bad_argument_to_the_library_is_refused_naming_it(call, name):
+    with pytest.raises(ValueError, match=name):
+        call()
+
+
+@pytest.mark.parametrize("settings, name", [(lambda: profiling.settings("smoke", max_length=4096), "MAX_LENGTH"),
+                                            (lambda: context_parallel.settings("smoke", seq=2048), "SEQ"),
+                                            (lambda: plan_a_run.settings("smoke", batch_size=64), "BATCH_SIZE")],
+                         ids=["13-MAX_LENGTH", "14-SEQ", "16-BATCH_SIZE"])
+def test_a_setting_this_machine_cannot_hold_is_refused_with_the_numbers(settings, name, monkeypatch):
+    import labtools.memory
+
+    settings()  # fits here
+    monkeypatch.setattr(labtools.memory, "free_bytes", lambda device: 10**6)  # a machine with 1 MB free
+    with pytest.raises(ValueError, match=rf"{name} = \d+ would need about [\d.]+ GB .* 0.0 GB free"):
+        settings()

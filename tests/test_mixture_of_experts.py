@@ -25,7 +25,7 @@ def test_routing_keeps_first_choices_before_second_and_earlier_tokens_first():
     assert torch.allclose(one.gate[:, 0], torch.softmax(logits, -1).max(-1).values)  # k = 1: the probability
 
 
-@pytest.mark.parametrize("args, match", [((torch.zeros(4, 3), 4, 2), "top-k"), ((torch.zeros(4, 3), 0, 2), "top-k"),
+@pytest.mark.parametrize("args, match", [((torch.zeros(4, 3), 4, 2), "^k must"), ((torch.zeros(4, 3), 0, 2), "^k must"),
                                          ((torch.zeros(4, 3), 1, 0), "capacity")])
 def test_routing_refuses_bad_input(args, match):
     with pytest.raises(ValueError, match=match):
@@ -34,7 +34,7 @@ def test_routing_refuses_bad_input(args, match):
 
 def test_capacity_and_the_losses_take_their_published_values_at_balance():
     assert moe.capacity(100, 8, 2, 1.25) == math.ceil(1.25 * 100 * 2 / 8)
-    with pytest.raises(ValueError, match="capacity factor"):
+    with pytest.raises(ValueError, match="^factor must"):
         moe.capacity(100, 8, 2, 0)
     even = moe.route(torch.zeros(8, 4) + torch.eye(4).repeat(2, 1) * 1e-3, 1, 8)
     assert moe.balance_loss(even).item() == pytest.approx(1.0, rel=1e-3)  # f and P both even

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from labtools.keys import Key
+from labtools.validate import check_range
 
 
 class SeqLayout(Key):
@@ -40,6 +41,9 @@ def positions(s: int, c: int, r: int, layout: SeqLayout) -> torch.Tensor:
     """The sequence positions rank r of c holds: a contiguous s/c, or blocks r and 2c − 1 − r of 2c (zig-zag)."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {tuple(x.value for x in LAYOUTS)}, got {layout!r}")
+    check_range("c", c, 1, None, int)
+    check_range("r", r, 0, c - 1, int)  # a rank of the c
+    check_range("s", s, 1, None, int)
     if s % (2 * c):
         raise ValueError(f"the sequence length ({s}) must split into 2c = {2 * c} equal blocks")
     if layout == SeqLayout.CONTIGUOUS:

@@ -11,6 +11,9 @@ The settings of notebooks/14_context_parallel.ipynb. One module per section:
 from dataclasses import dataclass
 
 from labtools.config import LabConfig, resolve
+from labtools.device import pick_device
+from labtools.memory import check_fits
+from labtools.parallel.context import LAYOUTS, predicted_saved, scores_per_rank
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -21,7 +24,7 @@ class Settings(LabConfig):
     worlds: tuple       # context-parallel sizes c launched
     rounds: int         # timed forward-and-backward rounds per layout
 
-    RANGES = {"SEQ": (64, 1 << 16), "ROUNDS": (1, 100)}
+    RANGES = {"SEQ": (64, 1 << 14), "ROUNDS": (1, 100)}  # 16,384: what ring attention keeps then fits a laptop
 
     def __post_init__(self):
         super().__post_init__()
@@ -38,5 +41,13 @@ PROFILES = {
 
 
 def settings(profile: str = "auto", **overrides) -> Settings:
-    """Validated settings for a profile; None-valued overrides keep the profile's value."""
-    return resolve(PROFILES, profile, **overrides)
+    """Validated settings for a profile; None-valued overrides keep the profile's value. A SEQ whose ring attention
+    would not fit this machine is refused with the numbers."""
+    S = resolve(PROFILES, profile, **overrides)
+    device = pick_device()
+    kept = [[predicted_saved(n, S.heads) for n in scores_per_rank(S.seq, c, layout)] for c in S.worlds
+            for layout in LAYOUTS]
+    # every rank on this machine's CPU, or one rank per GPU
+    need = max(max(k) for k in kept) if device.type == "cuda" else max(sum(k) for k in kept)
+    check_fits("SEQ", S.seq, need, device, "what ring attention's ranks keep for backward, all at once")
+    return S

@@ -14,8 +14,9 @@ The settings of notebooks/11_fault_tolerance.ipynb. One module per section:
 import tempfile
 from dataclasses import dataclass
 
-from labtools.config import LabConfig, check_range, resolve
+from labtools.config import LabConfig, resolve
 from labtools.runs import LLAMA3_JOB_MTBF_H
+from labtools.validate import check_range
 
 HOUR = 3600.0
 

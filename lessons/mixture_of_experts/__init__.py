@@ -11,7 +11,8 @@ The settings of notebooks/15_mixture_of_experts.ipynb. One module per section:
 
 from dataclasses import dataclass
 
-from labtools.config import LabConfig, check_range, resolve
+from labtools.config import LabConfig, resolve
+from labtools.validate import check_range
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,9 +13,10 @@ The settings of notebooks/09_pipeline_parallel.ipynb and the launch its sections
 
 from dataclasses import dataclass
 
-from labtools.config import LabConfig, check_range, resolve
+from labtools.config import LabConfig, resolve
 from labtools.parallel.pipeline import check_pipeline
 from labtools.pipeline import SCHEDULES
+from labtools.validate import check_range
 
 CURVE_WINDOW = 40  # steps over which training curves are held equal (AdamW amplifies last-bit differences)
 

@@ -14,10 +14,14 @@ The settings of notebooks/16_plan_a_run.ipynb. One module per section:
 
 from dataclasses import dataclass
 
-from labtools.config import LabConfig, resolve
+from labtools.budget import architecture
+from labtools.config import LabConfig, gpt_config, resolve
+from labtools.device import pick_device
+from labtools.memory import check_fits
 from labtools.plan import CLUSTERS, GPU
 
 GB = 1e9
+WORLD = 2  # ranks of the calibration and of the runs it predicts
 A100, H100 = CLUSTERS[GPU.A100], CLUSTERS[GPU.H100]
 
 
@@ -26,7 +30,7 @@ class Settings(LabConfig):
     rounds: int           # alternating rounds of (one rank alone, two ranks with DDP, the all-reduces)
     matmul_sizes: tuple   # n of the n×n matrix products that measure this machine's peak
 
-    RANGES = {"ROUNDS": (1, 100)}
+    RANGES = {"ROUNDS": (1, 100), "BATCH_SIZE": (1, 1024)}
 
 
 # A small batch of short sequences keeps each rank's compute small beside its gradient all-reduce, so that the
@@ -46,5 +50,15 @@ PROFILES = {
 
 
 def settings(profile: str = "auto", **overrides) -> Settings:
-    """Validated settings for a profile; None-valued overrides keep the profile's value."""
-    return resolve(PROFILES, profile, **overrides)
+    """Validated settings for a profile; None-valued overrides keep the profile's value. A BATCH_SIZE whose
+    calibration would not fit this machine is refused with the numbers."""
+    S = resolve(PROFILES, profile, **overrides)
+    cfg = gpt_config(S)
+    arch = architecture(S.n_layer, S.n_embd, S.n_head, cfg.vocab_size, S.block_size, S.batch_size,
+                        bytes_per_element=4)
+    # each of the WORLD ranks holds three copies of the model with gradients and AdamW's two moments (16 bytes a
+    # parameter in fp32) and one step's activations at a time, all on this machine unless each rank has a GPU
+    device = pick_device()
+    need = (3 * 16 * arch.n_params + arch.activations["total"]) * (1 if device.type == "cuda" else WORLD)
+    check_fits("BATCH_SIZE", S.batch_size, need, device, f"{WORLD} ranks' models, optimizer states and activations")
+    return S

@@ -14,10 +14,9 @@ from labtools.config import derive
 from labtools.parallel import launch
 from labtools.plan import Cluster, CollectiveCosts, Layout, LinkCost, ModelShape, StepEstimate, collective_bytes, \
     collective_steps, step_time
-from lessons.plan_a_run import Settings, ranks
+from lessons.plan_a_run import WORLD, Settings, ranks
 from lessons.plan_a_run.ranks import KINDS, Calibration, CalibrationJob, Collective, Run
 
-WORLD = 2
 LABELS = {Run.DDP: "DDP", Run.ZERO2: "ZeRO-2"}
 ZERO = {Run.DDP: 0, Run.ZERO2: 2}
 # The prediction must land within ±TOLERANCE of the run, and a planner that leaves communication out must miss a run

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 
 import torch
 
-from labtools.config import LabConfig, build_gpt, check_range, resolve
+from labtools.config import LabConfig, build_gpt, resolve
 from labtools.data import text
 from labtools.device import pick_device
+from labtools.memory import check_fits
+from labtools.validate import check_range
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,7 +43,7 @@ class Settings(LabConfig):
         lengths = self.attn_lengths
         if len(lengths) < 3 or list(lengths) != sorted(set(lengths)) or min(lengths) < 16:
             raise ValueError(f"ATTN_LENGTHS must be at least three increasing lengths ≥ 16, got {lengths!r}")
-        check_range("MAX_LENGTH", max(lengths), 16, 1 << 15, int)
+        check_range("MAX_LENGTH", max(lengths), 16, 1 << 14, int)
         if not isinstance(self.compile, bool):
             raise ValueError(f"COMPILE must be True or False, got {self.compile!r}")
 
@@ -67,13 +69,22 @@ def settings(profile: str = "auto", max_length: int | None = None, **overrides) 
     attention length (the profile's lengths up to it, each doubling from the shortest)."""
     S = resolve(PROFILES, profile, **overrides)
     if max_length is not None:
-        check_range("MAX_LENGTH", max_length, 4 * S.attn_lengths[0], 1 << 15, int)
+        check_range("MAX_LENGTH", max_length, 4 * S.attn_lengths[0], 1 << 14, int)
         lengths, t = [], S.attn_lengths[0]
         while t <= max_length:
             lengths.append(t)
             t *= 2
         S = resolve(PROFILES, profile, **overrides, attn_lengths=tuple(lengths))
+    T = max(S.attn_lengths)
+    check_fits("MAX_LENGTH", T, written_out_peak(S.attn_heads, T), pick_device(),
+               "the written-out attention's s × s scores, weights and their gradients")
     return S
+
+
+def written_out_peak(heads: int, T: int) -> int:
+    """Bytes the written-out attention holds at its peak, about: four fp32 s × s tensors per head (the scores, the
+    weights it saves, and in backward their two gradients) and the boolean mask."""
+    return 16 * heads * T * T + T * T
 
 
 def corpus():

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 import torch
 
 from labtools import data
-from labtools.config import LabConfig, build_gpt, check_range, resolve
+from labtools.config import LabConfig, build_gpt, resolve
 from labtools.device import pick_device
 from labtools.model import GPT
 from labtools.optim import param_groups
+from labtools.validate import check_range
 
 
 @dataclass(frozen=True, kw_only=True)
