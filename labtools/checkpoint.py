@@ -160,6 +160,8 @@ def verify(path) -> dict:
             or not isinstance(manifest.get("files"), dict):
         raise CheckpointError(f"{path / MANIFEST}: not a format-{FORMAT} manifest")
     for fname, meta in manifest["files"].items():
+        if not (isinstance(meta, dict) and isinstance(meta.get("bytes"), int) and isinstance(meta.get("sha256"), str)):
+            raise CheckpointError(f"{path / MANIFEST}: the entry for {fname} lacks its bytes or sha256")
         f = path / fname
         if not f.is_file():
             raise CheckpointError(f"{f}: missing")
@@ -263,23 +265,6 @@ def digest(state: dict) -> str:
             h.update(f"{prefix}={value!r}".encode())
     walk("", state)
     return h.hexdigest()
-
-
-# --- the simplest checkpoint: model, optimizer and step (lesson 02's WSD branch) --------------------------------
-
-def save_checkpoint(path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
-    """Model and optimizer state plus the step, as plain tensors and numbers (loadable with weights_only)."""
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, path)
-
-
-def load_checkpoint(path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> int:
-    """Restore what save_checkpoint wrote and return its step. weights_only=True: a checkpoint is data,
-    never code, so a file from elsewhere cannot run anything when loaded."""
-    ckpt = torch.load(path, map_location=next(model.parameters()).device, weights_only=True)
-    model.load_state_dict(ckpt["model"])
-    if optimizer is not None:
-        optimizer.load_state_dict(ckpt["optimizer"])
-    return ckpt["step"]
 
 
 # --- how often to save (notebook 11) -----------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """labtools.checkpoint and resuming in labtools.train: atomic saves that survive SIGKILL at any moment, corrupted
 files refused before unpickling, bitwise resume, clear errors. (The elastic multi-process resume: test_dist.py.)"""
 
+import json
 import pickle
 import random
 import warnings
@@ -66,6 +67,17 @@ def test_missing_manifest_and_unfinished_saves_are_skipped_with_a_warning(tmp_pa
         assert checkpoint.latest(tmp_path).name == "step_00000001"
     messages = " | ".join(str(w.message) for w in caught)
     assert "unfinished save" in messages and "manifest.json: missing" in messages
+
+
+def test_a_manifest_entry_without_its_sha256_is_skipped_with_a_warning(tmp_path):
+    checkpoint.save(tmp_path, 1, **state(1))
+    newer = checkpoint.save(tmp_path, 2, **state(2))
+    manifest = json.loads((newer / checkpoint.MANIFEST).read_text())
+    for meta in manifest["files"].values():
+        del meta["sha256"]
+    (newer / checkpoint.MANIFEST).write_text(json.dumps(manifest))
+    with pytest.warns(checkpoint.CheckpointWarning, match="lacks its bytes or sha256"):
+        assert checkpoint.latest(tmp_path).name == "step_00000001"
 
 
 def test_latest_of_an_empty_directory_is_none(tmp_path):

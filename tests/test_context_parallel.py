@@ -160,3 +160,23 @@ def my_merge(out1, lse1, out2, lse2):
     assert out.status == "fail" and "rank 0: your function did not finish" in out.message, out.message
     assert "line 3: `while d.is_initialized() and d.get_rank() == 0:`" in out.message or "line 4: `pass`" in out.message
     assert wait_gone(session_run_root) == []
+
+
+def test_lesson_14_a_merge_cut_from_autograd_is_named_not_a_checker_error(tmp_path, session_run_root):
+    import importlib.util
+
+    from lessons.context_parallel import merge_exercise, settings
+
+    module = tmp_path / "learner.py"
+    module.write_text('''import torch
+
+def my_merge(out1, lse1, out2, lse2):
+    with torch.no_grad():
+        lse = torch.logaddexp(lse1, lse2)
+        return torch.nan_to_num(torch.exp(lse1 - lse)) * out1 + torch.nan_to_num(torch.exp(lse2 - lse)) * out2, lse
+''')
+    spec = importlib.util.spec_from_file_location("learner", module)
+    learner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(learner)
+    out = merge_exercise.check_merge(learner.my_merge, settings("smoke", seq=64))
+    assert out.status == "fail" and "no gradient reached q through your merge" in out.message, out.message

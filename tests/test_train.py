@@ -118,16 +118,19 @@ def test_block_size_beyond_the_model_raises_before_training():
 
 
 def test_checkpoint_roundtrip_and_resume_at_the_right_step(tmp_path):
-    from labtools.checkpoint import load_checkpoint, save_checkpoint
+    from labtools import checkpoint
     schedule = bind(warmup_cosine, warmup=4, total=30, min_ratio=0.1)
     m = model()
     opt = torch.optim.AdamW(m.parameters(), lr=3e-3)
     train(m, data.synthetic(), cfg(steps=10, lr_schedule=schedule), optimizer=opt)
-    save_checkpoint(tmp_path / "ckpt.pt", m, opt, step=10)
+    checkpoint.save(tmp_path, 10, model=m.state_dict(), optimizer=opt.state_dict())
 
     m2 = model(seed=1)
     opt2 = torch.optim.AdamW(m2.parameters(), lr=3e-3)
-    assert load_checkpoint(tmp_path / "ckpt.pt", m2, opt2) == 10
+    saved = checkpoint.load(checkpoint.latest(tmp_path))
+    checkpoint.load_model_state(m2, saved["model"])
+    opt2.load_state_dict(saved["optimizer"])
+    assert saved["step"] == 10
     assert all(torch.equal(a, b) for a, b in zip(m.state_dict().values(), m2.state_dict().values()))
     assert opt2.state_dict()["state"][0]["step"] == 10
     h = train(m2, data.synthetic(), cfg(steps=5, start_step=10, lr_schedule=schedule), optimizer=opt2)

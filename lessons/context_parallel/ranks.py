@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from labtools.exercises import LEARNER_ERRORS, bound_for, load_function, time_bound, where_it_failed
@@ -251,5 +252,11 @@ def merge_on_ranks(job: MergeJob) -> MergeCheck:
         except LEARNER_ERRORS as e:  # every rank runs the same code on the same shapes: all fail alike
             return MergeCheck(error=f"rank {rank()}: {where_it_failed(e, f'<your {job.name}>', job.source)}")
         got = {"out": out.detach(), "q": ql.grad, "k": kl.grad, "v": vl.grad}
+        lost = torch.tensor([float(got[key] is None) for key in ("q", "k", "v")])
+        dist.all_reduce(lost, op=dist.ReduceOp.MAX)  # every rank stops here alike, or none does
+        if lost.any():  # the gradients flow through the merge: on some rank none reached these
+            names = ", ".join(key for key, x in zip("qkv", lost.tolist()) if x)
+            return MergeCheck(error=f"no gradient reached {names} through your merge: its output is cut from "
+                                    "autograd (torch.no_grad(), .detach() or .item() inside it)")
         worst = max([worst] + [(got[key] - ref[key][..., pos, :]).abs().max().item() for key in got])
     return MergeCheck(difference=worst)

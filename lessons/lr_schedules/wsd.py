@@ -1,11 +1,10 @@
 """Lesson 02, section 4: WSD extends a run to a longer horizon without retraining from the start."""
 
-import io
+import tempfile
 
 import plotly.graph_objects as go
 
-from labtools import plots
-from labtools.checkpoint import load_checkpoint, save_checkpoint
+from labtools import checkpoint, plots
 from labtools.claims import Findings, Ledger, at_most, is_true
 from labtools.schedules import bind, wsd
 from lessons.lr_schedules import Settings, build, train_run
@@ -24,11 +23,13 @@ def run(S: Settings) -> dict:
     branch_at = short_h - d_short
     model, opt = build(S, S.peak_lr)
     trunk = train_run(S, sched[long_h], branch_at, S.peak_lr, desc="WSD trunk", model=model, optimizer=opt)
-    buffer = io.BytesIO()  # a real checkpoint, loaded back with weights_only=True
-    save_checkpoint(buffer, model, opt, branch_at)
-    buffer.seek(0)
+    with tempfile.TemporaryDirectory() as directory:  # a real checkpoint: saved atomically, verified, loaded as data
+        checkpoint.save(directory, branch_at, model=model.state_dict(), optimizer=opt.state_dict())
+        saved = checkpoint.load(checkpoint.latest(directory))
     branch_model, branch_opt = build(S, S.peak_lr)
-    start = load_checkpoint(buffer, branch_model, branch_opt)
+    checkpoint.load_model_state(branch_model, saved["model"])
+    branch_opt.load_state_dict(saved["optimizer"])
+    start = saved["step"]
     short = train_run(S, sched[short_h], short_h - start, S.peak_lr, desc="WSD decay @ short", start_step=start,
                 model=branch_model, optimizer=branch_opt)
     long_ = train_run(S, sched[long_h], long_h - branch_at, S.peak_lr, desc="WSD on to long", start_step=branch_at,
