@@ -173,6 +173,103 @@ def where_it_failed(error: BaseException, filename: str, source: str = "") -> st
     return f"{type(error).__name__}: {error}{at}"
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """One call of a learner's function: what it returned, or (where it did not return) the outcome to show."""
+    value: object = None
+    outcome: Outcome | None = None  # "not written" for the stub, "fail" for an error, an exit or a loop out of time
+
+    @property
+    def returned(self) -> bool:
+        return self.outcome is None
+
+
+def attempt(fn: Callable, *args, case: str = "", hint: str = "", seconds: float = BOUND_FLOOR_S,
+            whose: Callable | None = None) -> Attempt:
+    """Call fn(*args) within `seconds` (time_bound): its value, or the outcome that ends the check (the stub's
+    "not written yet", or the error, exit or endless loop as a message naming the case and the learner's line).
+    whose: the learner's function, where fn is the lab's code that calls it (a training run using it)."""
+    try:
+        with time_bound(seconds):
+            return Attempt(fn(*args))
+    except NotImplementedError:
+        return Attempt(outcome=Outcome("not written", NOT_WRITTEN))
+    except LEARNER_ERRORS as e:  # the learner's error, exit or endless loop becomes a message
+        return Attempt(outcome=failed(case, failure(e, whose or fn), hint))
+
+
+def failed(case: str, message: str, hint: str = "") -> Outcome:
+    """The failure of one case: "case 'name': message — hint: ..." (no case: the message alone)."""
+    return Outcome("fail", f"{f'case {case!r}: ' if case else ''}{message}{f' — hint: {hint}' if hint else ''}")
+
+
+def show_solution(exercise) -> None:
+    """An exercise module's solution (its solution_source(), as the learner's cell would hold it), folded: open it
+    once you have tried."""
+    from IPython.display import HTML, display
+    source = html.escape(exercise.solution_source())
+    display(HTML(f"<details><summary>A solution</summary><pre>{source}</pre></details>"))
+
+
+YOURS_NOT_WRITTEN = "not written yet: once your function passes its check, run this cell again to train with it"
+
+
+@dataclass(frozen=True)
+class YourRun:
+    """The lesson's real run made again with the learner's function in place of the lab's (the same model, seed,
+    data and schedule), beside the lab's run. Histories are labtools.train.History (step, loss, val_step, ...)."""
+    outcome: Outcome            # pass: the two loss curves agree; fail; not written (the lab's run alone)
+    lab: object
+    yours: object | None = None
+    difference: float | None = None  # the largest |training loss difference| over the steps both ran, nats
+
+    def figure(self, title: str):
+        from labtools import plots
+        runs = {"the lab's": self.lab} | ({"yours": self.yours} if self.yours is not None else {})
+        return plots.loss_curves(runs, title=title)
+
+    def _repr_html_(self) -> str:
+        return self.outcome._repr_html_()
+
+    def show(self, title: str) -> None:
+        """The verdict, and the two curves where yours ran (not written: the lab's run is already above)."""
+        from IPython.display import display
+        display(self)
+        if self.yours is not None:
+            self.figure(title).show()
+
+
+# Two runs that differ only by rounding agree closely at first, then drift apart as training amplifies the
+# difference (by hundredths of a nat after a few hundred steps); a wrong mechanism parts within a few steps
+EARLY_STEPS = 20
+
+
+def run_yours(fn: Callable, run: Callable[[Callable], object], lab, *, what: str, tol: float) -> YourRun:
+    """run(fn): the lesson's training run with the learner's fn in it (a History, as long as the lab's or shorter),
+    compared with the lab's History `lab`: its first EARLY_STEPS training losses must agree within tol; the largest
+    difference over the whole run is reported. The run is bounded by BOUND_FACTOR times the lab's own; a stub is not
+    run at all."""
+    if is_stub(fn):
+        return YourRun(Outcome("not written", YOURS_NOT_WRITTEN), lab)
+    tried = attempt(run, fn, seconds=bound_for(lab.seconds), whose=fn)
+    if not tried.returned:
+        message = tried.outcome.message if tried.outcome.status == "not written" else \
+            f"the run with {what} stopped: {tried.outcome.message}"
+        return YourRun(Outcome(tried.outcome.status, message), lab)
+    yours = tried.value
+    gaps = [abs(a - b) if math.isfinite(a) else math.inf for a, b in zip(yours.loss, lab.loss)]
+    early = gaps[:EARLY_STEPS]
+    worst = max(gaps, default=math.inf)
+    if not max(early, default=math.inf) <= tol:
+        i = next((k for k, gap in enumerate(early) if not gap <= tol), 0)
+        return YourRun(Outcome("fail", f"with {what} the run parts from the lab's at step {yours.step[i]}: training "
+                                       f"loss {yours.loss[i]:.4f} where the lab's was {lab.loss[i]:.4f} nats "
+                                       f"(allowed difference {tol:.0e})", worst), lab, yours, worst)
+    return YourRun(Outcome("pass", f"{what} trained the model for {len(gaps)} steps: its first {len(early)} losses "
+                                   f"are the lab's to {max(early):.0e} nats, and the whole curve stays within "
+                                   f"{worst:.0e} (training amplifies rounding)", worst), lab, yours, worst)
+
+
 def difference(a, b) -> float:
     """The largest absolute difference between two results: tensors, numbers, or (nested) lists/tuples/dicts of
     them; inf when their structure, shape or type differs."""
@@ -220,14 +317,10 @@ def check(fn: Callable, reference: Callable, cases: Sequence[Case], *, tol: floa
         start = time.perf_counter()
         expected = reference(*theirs)
         bound = bound_for(time.perf_counter() - start)
-        hint = f" — hint: {case.hint}" if case.hint else ""
-        try:
-            with time_bound(bound):
-                got = fn(*mine)
-        except NotImplementedError:
-            return Outcome("not written", NOT_WRITTEN)
-        except LEARNER_ERRORS as e:  # the learner's error, exit or endless loop becomes a message
-            return Outcome("fail", f"case '{case.name}': {failure(e, fn)}{hint}")
+        tried = attempt(fn, *mine, case=case.name, hint=case.hint, seconds=bound)
+        if not tried.returned:
+            return tried.outcome
+        got = tried.value
         if in_place:
             parts = [("the value returned", got, expected, "output"),
                      ("the arguments after the call", mine, theirs, "argument")]
@@ -238,6 +331,7 @@ def check(fn: Callable, reference: Callable, cases: Sequence[Case], *, tol: floa
             worst = max(worst, d)
             if not d <= tol:
                 where = f"{label} — {_where(g, e, noun)}" if label else _where(g, e, noun)
+                hint = f" — hint: {case.hint}" if case.hint else ""
                 return Outcome("fail", f"case '{case.name}': {where} (largest {'relative ' * relative}"
                                        f"difference {d:.1e}, allowed {tol:.0e}){hint}", d)
     return Outcome("pass", f"{what} matches {against} on {len(cases)} cases (largest "

@@ -115,12 +115,16 @@ class MoEMLP(nn.Module):
         self.experts = nn.ModuleList(MLP(config) for _ in range(n_experts))
         self.routing: Routing | None = None
         self.aux: dict[str, torch.Tensor] = {}
+        self.route = route  # (logits, k, capacity) -> Routing; lesson 15 puts a learner's routing here
+
+    def extra_repr(self) -> str:
+        return "" if self.route is route else f"route={getattr(self.route, '__name__', self.route)}"
 
     def forward(self, x):
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
-        r = route(self.router(flat), self.top_k, capacity(flat.size(0), self.n_experts, self.top_k,
-                                                           self.capacity_factor))
+        r = self.route(self.router(flat), self.top_k, capacity(flat.size(0), self.n_experts, self.top_k,
+                                                                self.capacity_factor))
         token, gate, counts = dispatch(r)
         out = torch.zeros_like(flat)
         start = 0

@@ -175,6 +175,7 @@ class _Run:
     scaler: object
     base_lrs: list[float]        # each group's lr before the schedule's multiplier
     params: list[torch.nn.Parameter]
+    clip: Callable[[list[torch.Tensor], float], object] | None = None  # (grads, max_norm) -> norm; None: torch's
 
 
 def _setup(model: torch.nn.Module, data: Corpus, cfg: TrainConfig, optimizer, scaler, batch_fn) -> _Run:
@@ -222,7 +223,9 @@ def step(model: torch.nn.Module, data: Corpus, cfg: TrainConfig, run: _Run, t: i
         scaler.scale(loss).backward()
         loss_sum += loss.item() if cfg.accum_normalize else loss.item() / cfg.accum_steps
     scaler.unscale_(optimizer)  # grads back to true scale before measuring and clipping (no-op if disabled)
-    if cfg.grad_clip is not None:
+    if cfg.grad_clip is not None and run.clip is not None:  # a clipping written by hand (lesson 03's)
+        grad_norm = torch.as_tensor(run.clip([p.grad for p in run.params if p.grad is not None], cfg.grad_clip))
+    elif cfg.grad_clip is not None:
         grad_norm = torch.nn.utils.clip_grad_norm_(run.params, cfg.grad_clip)
     else:
         grad_norm = torch.nn.utils.get_total_norm([p.grad for p in run.params if p.grad is not None])
@@ -244,7 +247,8 @@ def train(model: torch.nn.Module, data: Corpus, cfg: TrainConfig, *,
           optimizer: torch.optim.Optimizer | None = None,
           scaler=None,
           batch_fn: Callable[[int, int], tuple[torch.Tensor, torch.Tensor]] | None = None,
-          callback: Callable[[StepInfo], None] | None = None) -> History:
+          callback: Callable[[StepInfo], None] | None = None,
+          clip_fn: Callable[[list[torch.Tensor], float], object] | None = None) -> History:
     """Train `model` on `data` for cfg.steps optimizer steps and return its History.
 
     optimizer: default AdamW(param_groups(model, cfg.weight_decay), cfg.lr, cfg.betas); a given
@@ -253,8 +257,11 @@ def train(model: torch.nn.Module, data: Corpus, cfg: TrainConfig, *,
         scale/unscale_/step/update/get_scale methods may be passed.
     batch_fn(step, micro) -> (X, Y) replaces sampling from `data` (e.g. to inject a bad batch).
     callback(StepInfo) runs after each optimizer step, before zero_grad.
+    clip_fn(grads, max_norm) -> norm before clipping: scales the gradients in place, in place of
+        torch.nn.utils.clip_grad_norm_ (where cfg.grad_clip is set).
     """
     run = _setup(model, data, cfg, optimizer, scaler, batch_fn)
+    run.clip = clip_fn
     hist = History()
 
     def run_eval(t):

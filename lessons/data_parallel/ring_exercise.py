@@ -1,11 +1,9 @@
 """Lesson 07, your turn: write the ring all-reduce and run it on real ranks, checked against dist.all_reduce."""
 
 import dataclasses
-import html
 import inspect
 import re
 
-from IPython.display import HTML, display
 
 from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, source_of
 from labtools.layout import collective_bytes
@@ -89,8 +87,3 @@ def _badness(case: RingCase) -> float:
 def solution_source() -> str:
     """The reference as the learner's cell would hold it."""
     return re.sub(r"  # noqa.*", "", inspect.getsource(reference)).replace("def reference(", "def my_ring_all_reduce(")
-
-
-def show_solution() -> None:
-    """The reference solution, folded (open it once you have tried)."""
-    display(HTML(f"<details><summary>A solution</summary><pre>{html.escape(solution_source())}</pre></details>"))

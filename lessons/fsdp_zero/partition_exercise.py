@@ -1,13 +1,9 @@
 """Lesson 08, your turn: ZeRO-1's partition of the parameters over the ranks, checked against the partition
 torch's ZeroRedundancyOptimizer really made on this lesson's ranks (section 1's launches)."""
 
-import html
 import inspect
 
-from IPython.display import HTML, display
-
-from labtools.exercises import (BOUND_FLOOR_S, LEARNER_ERRORS, NOT_WRITTEN, Outcome, failure, is_stub, outcome,
-                                time_bound)
+from labtools.exercises import BOUND_FLOOR_S, Outcome, attempt, failed, outcome, time_bound
 from lessons.fsdp_zero import Strategy
 from lessons.fsdp_zero.ranks import ShardingResult
 
@@ -39,32 +35,23 @@ def measured_cases(shard: dict[int, list[ShardingResult]]) -> list[tuple]:
 def check_partition(fn, shard: dict[int, list[ShardingResult]]) -> Outcome:
     """Your partition against ZeroRedundancyOptimizer's on every world size section 1 launched, and two small cases
     (equal sizes; one parameter larger than all the others) against the same rule."""
-    if is_stub(fn):
-        return Outcome("not written", NOT_WRITTEN)
     cases = measured_cases(shard) + [("four equal parameters on 2 ranks", [6, 6, 6, 6], 2, None),
                                      ("one giant and four small on 2 ranks", [1, 1, 100, 1, 1], 2, None)]
     results = []
     for name, sizes, N, expected in cases:
         expected = expected if expected is not None else reference(sizes, N)
+        tried = attempt(fn, list(sizes), N, case=name, hint=HINT)
+        if not tried.returned:
+            return tried.outcome
         try:
             with time_bound(BOUND_FLOOR_S):
-                got = fn(list(sizes), N)
-        except NotImplementedError:
-            return Outcome("not written", NOT_WRITTEN)
-        except LEARNER_ERRORS as e:  # the learner's error, exit or endless loop becomes a message
-            results.append({"case": name, "error": failure(e, fn), "hint": HINT})
-            break
-        try:
-            with time_bound(BOUND_FLOOR_S):
-                got = [sorted(int(i) for i in r) for r in got]
+                got = [sorted(int(i) for i in r) for r in tried.value]
         except TypeError:
-            results.append({"case": name, "error": "return one list of parameter indices per rank"})
-            break
+            return failed(name, "return one list of parameter indices per rank")
         if got != expected:
             r = next((k for k in range(N) if k >= len(got) or got[k] != expected[k]), 0)
-            results.append({"case": name, "error": f"rank {r} should hold parameters {expected[r]}, yours holds "
-                            f"{got[r] if r < len(got) else 'nothing'}", "hint": HINT})
-            break
+            return failed(name, f"rank {r} should hold parameters {expected[r]}, yours holds "
+                                f"{got[r] if r < len(got) else 'nothing'}", HINT)
         results.append({"case": name, "difference": 0.0})
     return outcome(results, tol=0.0, what="your partition", reference="ZeroRedundancyOptimizer's")
 
@@ -72,8 +59,3 @@ def check_partition(fn, shard: dict[int, list[ShardingResult]]) -> Outcome:
 def solution_source() -> str:
     """The reference as the learner's cell would hold it."""
     return inspect.getsource(reference).replace("def reference(", "def my_zero1_partition(")
-
-
-def show_solution() -> None:
-    """The reference solution, folded (open it once you have tried)."""
-    display(HTML(f"<details><summary>A solution</summary><pre>{html.escape(solution_source())}</pre></details>"))

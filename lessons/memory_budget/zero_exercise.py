@@ -1,10 +1,8 @@
 """Lesson 06, your turn: bytes per parameter on one GPU under a ZeRO stage, checked against labtools.budget.estimate
 (whose model states section 3 checks against real models' tensors)."""
 
-import html
 import inspect
 
-from IPython.display import HTML, display
 
 from labtools.budget import estimate
 from labtools.exercises import Case, Outcome, check
@@ -46,8 +44,3 @@ def check_zero(fn) -> Outcome:
 def solution_source() -> str:
     """The reference as the learner's cell would hold it."""
     return inspect.getsource(reference).replace("def reference(", "def my_bytes_per_param(")
-
-
-def show_solution() -> None:
-    """The reference solution, folded (open it once you have tried)."""
-    display(HTML(f"<details><summary>A solution</summary><pre>{html.escape(solution_source())}</pre></details>"))

@@ -1,17 +1,15 @@
 """Lesson 04, your turn: the dynamic loss scaler's update rule, checked against torch.amp.GradScaler's scale over
 sequences of clean and overflowing steps."""
 
-import html
 import inspect
 import math
 
 import plotly.graph_objects as go
 import torch
-from IPython.display import HTML, display
+from IPython.display import display
 
 from labtools import plots
-from labtools.exercises import (BOUND_FLOOR_S, LEARNER_ERRORS, NOT_WRITTEN, Outcome, failure, is_stub, outcome,
-                                time_bound)
+from labtools.exercises import Outcome, attempt, failed, outcome
 
 INIT_SCALE = 2.0**16
 F, T = False, True
@@ -55,44 +53,37 @@ def reference(scale, clean_steps, found_inf, growth_interval):
     return scale, clean_steps
 
 
-def learner_scales(fn, found_inf: list[bool], growth_interval: int, init_scale: float = INIT_SCALE) -> list[float]:
+UNPAIRED = "return the pair (scale, clean_steps)"
+
+
+def learner_scales(fn, found_inf: list[bool], growth_interval: int,
+                   init_scale: float = INIT_SCALE) -> list[float] | None:
+    """The scale after each step with fn as the update rule, from init_scale; None where fn did not return a pair."""
     scale, clean, scales = init_scale, 0, []
     for inf in found_inf:
         out = fn(scale, clean, inf, growth_interval)
         if not (isinstance(out, tuple) and len(out) == 2):
-            raise Unpaired("return the pair (scale, clean_steps)")
+            return None
         scale, clean = out
         scales.append(float(scale))
     return scales
 
 
-class Unpaired(TypeError):
-    """The learner's function did not return (scale, clean_steps)."""
-
-
 def check_update(fn) -> Outcome:
     """Your update rule against GradScaler's scale after every step, on five sequences of steps."""
-    if is_stub(fn):
-        return Outcome("not written", NOT_WRITTEN)
     results = []
     for name, found_inf, interval, hint in CASES:
-        try:
-            with time_bound(BOUND_FLOOR_S):
-                got = learner_scales(fn, found_inf, interval)
-        except NotImplementedError:
-            return Outcome("not written", NOT_WRITTEN)
-        except Unpaired as e:
-            results.append({"case": name, "error": str(e)})
-            break
-        except LEARNER_ERRORS as e:  # the learner's error, exit or endless loop becomes a message
-            results.append({"case": name, "error": failure(e, fn), "hint": hint})
-            break
+        tried = attempt(learner_scales, fn, found_inf, interval, case=name, hint=hint, whose=fn)  # the whole sequence
+        if not tried.returned:
+            return tried.outcome
+        got = tried.value
+        if got is None:
+            return failed(name, UNPAIRED)
         expected = gradscaler_scales(found_inf, interval)
         wrong = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), None)
         if wrong is not None:
-            results.append({"case": name, "error": f"after step {wrong + 1} the scale is 2^{_log2(got[wrong])}, "
-                            f"GradScaler's is 2^{_log2(expected[wrong])}", "hint": hint})
-            break
+            return failed(name, f"after step {wrong + 1} the scale is 2^{_log2(got[wrong])}, GradScaler's is "
+                                f"2^{_log2(expected[wrong])}", hint)
         results.append({"case": name, "difference": 0.0})
     return outcome(results, tol=0.0, what="your scaler update", reference="torch.amp.GradScaler's scale, step by step,")
 
@@ -104,24 +95,21 @@ def replay(fn, runs: dict, S) -> Outcome:
     h = runs[Recipe.FP16_DYNAMIC]
     fig = go.Figure(go.Scatter(x=h.step, y=h.loss_scale, mode="lines", name="the run's scale (DynamicLossScaler)",
                                line=dict(color="black", width=4)))
-    result = Outcome("not written", NOT_WRITTEN)
-    if not is_stub(fn):
-        try:
-            with time_bound(BOUND_FLOOR_S):
-                mine = [h.loss_scale[0]] + learner_scales(fn, h.skipped[:-1], S.growth_interval, h.loss_scale[0])
-        except NotImplementedError:
-            mine = None
-        except LEARNER_ERRORS as e:  # the learner's error, exit or endless loop becomes a message
-            mine, result = None, Outcome("fail", failure(e, fn))
-        if mine is not None:
-            fig.add_trace(go.Scatter(x=h.step, y=mine, mode="lines", name="your update rule",
-                                     line=dict(color=plots.color(1), dash="dash")))
-            wrong = next((i for i, (a, b) in enumerate(zip(mine, h.loss_scale)) if a != b), None)
-            result = (Outcome("pass", f"your update rule gives the run's scale at all {len(h.step)} steps "
-                                      f"({sum(h.skipped)} overflows, {h.loss_scale[0]:g} → {h.loss_scale[-1]:g})", 0.0)
-                      if wrong is None else
-                      Outcome("fail", f"from step {h.step[wrong]} your scale differs from the run's: "
-                                      f"2^{_log2(mine[wrong])} vs 2^{_log2(h.loss_scale[wrong])}"))
+    tried = attempt(learner_scales, fn, h.skipped[:-1], S.growth_interval, h.loss_scale[0], whose=fn)
+    if not tried.returned:  # not written, or the learner's error, exit or endless loop as a message
+        result = tried.outcome
+    elif tried.value is None:
+        result = failed("", UNPAIRED)
+    else:
+        mine = [h.loss_scale[0]] + tried.value
+        fig.add_trace(go.Scatter(x=h.step, y=mine, mode="lines", name="your update rule",
+                                 line=dict(color=plots.color(1), dash="dash")))
+        wrong = next((i for i, (a, b) in enumerate(zip(mine, h.loss_scale)) if a != b), None)
+        result = (Outcome("pass", f"your update rule gives the run's scale at all {len(h.step)} steps "
+                                  f"({sum(h.skipped)} overflows, {h.loss_scale[0]:g} → {h.loss_scale[-1]:g})", 0.0)
+                  if wrong is None else
+                  Outcome("fail", f"from step {h.step[wrong]} your scale differs from the run's: "
+                                  f"2^{_log2(mine[wrong])} vs 2^{_log2(h.loss_scale[wrong])}"))
     skipped = [s for s, k in zip(h.step, h.skipped) if k]
     fig.add_trace(go.Scatter(x=skipped, y=[h.loss_scale[s - h.step[0]] for s in skipped], mode="markers",
                              name="overflow: step skipped", marker=dict(color="red", symbol="x", size=9)))
@@ -138,8 +126,3 @@ def _log2(x: float) -> str:
 def solution_source() -> str:
     """The reference as the learner's cell would hold it."""
     return inspect.getsource(reference).replace("def reference(", "def my_scaler_update(")
-
-
-def show_solution() -> None:
-    """The reference solution, folded (open it once you have tried)."""
-    display(HTML(f"<details><summary>A solution</summary><pre>{html.escape(solution_source())}</pre></details>"))

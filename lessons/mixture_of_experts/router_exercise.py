@@ -1,14 +1,18 @@
-"""Lesson 15, your turn: top-k routing with a capacity, checked against labtools.moe.route on cases that include
-experts overflowing."""
+"""Lesson 15, your turn: top-k routing with a capacity, checked against the lab's route() on cases that include
+experts overflowing; then your routing trains the lesson's MoE."""
 
-import html
 import inspect
 
 import torch
-from IPython.display import HTML, display
 
-from labtools.exercises import Case, Outcome, check
-from labtools.moe import route
+import torch.nn.functional as F
+
+from labtools.data import text
+from labtools.exercises import Case, Outcome, YourRun, check, run_yours
+from labtools.moe import Routing, moe_layers, route
+from labtools.train import History
+from lessons.mixture_of_experts import Settings
+from lessons.mixture_of_experts.training import build, train
 
 def reference(logits, k, capacity):
     """(expert, gate, kept), each (T, k): the chosen experts, their weights, and whether each fits its expert."""
@@ -35,8 +39,8 @@ def cases() -> list[Case]:
 
 
 def check_route(fn) -> Outcome:
-    """Your routing against labtools.moe.route on four cases: (expert, gate, kept), gates to 1e-6."""
-    return check(fn, reference, cases(), tol=1e-6, what="your routing", against="labtools.moe.route")
+    """Your routing against the lab's on four cases: (expert, gate, kept), gates to 1e-6."""
+    return check(fn, reference, cases(), tol=1e-6, what="your routing", against="the lab's routing")
 
 
 def solution_source() -> str:
@@ -47,6 +51,25 @@ def solution_source() -> str:
             "    import torch.nn.functional as F\n" + body)
 
 
-def show_solution() -> None:
-    """The reference solution, folded (open it once you have tried)."""
-    display(HTML(f"<details><summary>A solution</summary><pre>{html.escape(solution_source())}</pre></details>"))
+TRAIN_TOL = 1e-3  # nats: routing right to rounding trains the same curve; second choices first does not
+
+
+def history(out: dict) -> History:
+    """A training run of this lesson (losses per step, one validation loss at the end) as the lab's History."""
+    n = len(out["loss"])
+    return History(step=list(range(n)), loss=out["loss"], val_step=[n], val_loss=[out["val"]],
+                   seconds=out["seconds"])
+
+
+def train_with_yours(fn, S: Settings, lab: dict) -> YourRun:
+    """Section 2's MoE trained again with your routing in every MoE layer: the same model, batches and balancing
+    loss. Your function gives (expert, gate, kept); the balancing loss reads the router's probabilities as before."""
+    def run(my_route) -> History:
+        def routing(logits, k, capacity):
+            expert, gate, kept = my_route(logits, k, capacity)
+            return Routing(expert, gate, kept, F.softmax(logits, dim=-1), logits)
+        model = build(S, "MoE", text().vocab_size)
+        for layer in moe_layers(model):
+            layer.route = routing
+        return history(train(S, model, S.balance_weight, "your routing"))
+    return run_yours(fn, run, history(lab["MoE"]), what="your routing", tol=TRAIN_TOL)

@@ -3,6 +3,7 @@ total parameters; FLOPs per token counted; where the tokens go with and without 
 
 import math
 import statistics
+import time
 
 import ipywidgets as W
 import numpy as np
@@ -87,6 +88,7 @@ def train(S: Settings, model: GPT, balance_weight: float, desc: str) -> dict:
     g = torch.Generator().manual_seed(S.seed)
     layers = moe_layers(model)
     out = {"loss": [], "load": [], "dropped": [], "balance": []}
+    start = time.perf_counter()
     for _ in progress(range(S.steps), desc=desc):
         X, Y = corpus.batch("train", S.batch_size, S.block_size, g, dev)
         _, loss = model(X, Y)
@@ -102,6 +104,7 @@ def train(S: Settings, model: GPT, balance_weight: float, desc: str) -> dict:
         opt.step()
         opt.zero_grad(set_to_none=True)
         out["loss"].append(loss.item())
+    out["seconds"] = time.perf_counter() - start
     out["val"] = evaluate(model, S, corpus)
     if layers:
         out["logits"] = router_logits(model, S, corpus)

@@ -2,14 +2,10 @@
 really ran on this lesson's ranks (section 3's timed launches), and against the rule where torch does not run
 (m < p)."""
 
-import html
 import inspect
 from dataclasses import dataclass
 
-from IPython.display import HTML, display
-
-from labtools.exercises import (BOUND_FLOOR_S, LEARNER_ERRORS, NOT_WRITTEN, Outcome, failure, is_stub, outcome,
-                                time_bound)
+from labtools.exercises import Outcome, attempt, failed, outcome
 from labtools.pipeline import Schedule, schedule_order
 from lessons.pipeline_parallel.launches import DepthRun
 
@@ -46,11 +42,14 @@ def rule_orders(p: int, m: int) -> list[list[tuple]]:
     return [[(a.kind, a.mb) for a in rank] for rank in schedule_order(Schedule.ONE_F_ONE_B, p, m)]
 
 
+def actions(fn, r: int, p: int, m: int) -> list[tuple]:
+    """fn(r, p, m) read as (kind, micro-batch) pairs ("F" or "B", an int): a generator's body runs here too."""
+    return [(str(k).upper(), int(i)) for k, i in fn(r, p, m)]
+
+
 def check_order(fn, results: dict[int, DepthRun]) -> Outcome:
     """Your order for every rank of every 1F1B run torch made here, and two runs with fewer micro-batches than
     stages (which torch's Schedule1F1B refuses) against the rule."""
-    if is_stub(fn):
-        return Outcome("not written", NOT_WRITTEN)
     measured = sorted(torch_orders(results), key=lambda run: (run.p, run.m))
     cases = [(f"p = {run.p}, m = {run.m} (torch's run)", run.p, run.m, run.orders) for run in measured]
     cases += [(f"p = {p}, m = {m} (fewer micro-batches than stages)", p, m, rule_orders(p, m)) for p, m in ((4, 2),
@@ -58,23 +57,16 @@ def check_order(fn, results: dict[int, DepthRun]) -> Outcome:
     results_ = []
     for name, p, m, expected in cases:
         for r in range(p):
-            try:
-                with time_bound(BOUND_FLOOR_S):
-                    got = [(str(k).upper(), int(i)) for k, i in fn(r, p, m)]
-            except NotImplementedError:
-                return Outcome("not written", NOT_WRITTEN)
-            except LEARNER_ERRORS as e:  # the learner's error, exit or endless loop becomes a message
-                results_.append({"case": f"{name}, rank {r}", "error": failure(e, fn),
-                                 "hint": HINT})
-                return outcome(results_, tol=0.0, what="", reference="")
+            tried = attempt(actions, fn, r, p, m, case=f"{name}, rank {r}", hint=HINT, whose=fn)
+            if not tried.returned:
+                return tried.outcome
+            got = tried.value
             if got != expected[r]:
                 k = next((j for j in range(len(expected[r])) if j >= len(got) or got[j] != expected[r][j]),
                          len(expected[r]))
                 want = expected[r][k] if k < len(expected[r]) else "nothing more"
                 had = got[k] if k < len(got) else "nothing"
-                results_.append({"case": f"{name}, rank {r}", "error": f"action {k + 1} should be {want}, yours is "
-                                 f"{had}", "hint": HINT})
-                return outcome(results_, tol=0.0, what="", reference="")
+                return failed(f"{name}, rank {r}", f"action {k + 1} should be {want}, yours is {had}", HINT)
         results_.append({"case": name, "difference": 0.0})
     return outcome(results_, tol=0.0, what="your 1F1B order, every rank,",
                    reference="the order torch's Schedule1F1B ran (and the rule where it cannot run)")
@@ -83,8 +75,3 @@ def check_order(fn, results: dict[int, DepthRun]) -> Outcome:
 def solution_source() -> str:
     """The reference as the learner's cell would hold it."""
     return inspect.getsource(reference).replace("def reference(", "def my_1f1b_order(")
-
-
-def show_solution() -> None:
-    """The reference solution, folded (open it once you have tried)."""
-    display(HTML(f"<details><summary>A solution</summary><pre>{html.escape(solution_source())}</pre></details>"))

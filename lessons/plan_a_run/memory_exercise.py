@@ -1,10 +1,8 @@
 """Lesson 16, your turn: the bytes of model states (weights, gradients, master weights, Adam's moments) one GPU
 holds under a layout and a ZeRO stage, checked against the planner's memory_per_gpu."""
 
-import html
 import inspect
 
-from IPython.display import HTML, display
 
 from labtools.exercises import Case, Outcome, check
 from labtools.layout import Layout, memory_per_gpu
@@ -52,8 +50,3 @@ def check_model_states(fn) -> Outcome:
 
 def solution_source() -> str:
     return inspect.getsource(reference).replace("def reference(", "def my_model_states(")
-
-
-def show_solution() -> None:
-    """The reference solution, folded (open it once you have tried)."""
-    display(HTML(f"<details><summary>A solution</summary><pre>{html.escape(solution_source())}</pre></details>"))

@@ -58,8 +58,9 @@ def bad_batch(S: Settings, text: data.Corpus) -> tuple[torch.Tensor, torch.Tenso
     return X[:, :-1].to(pick_device()), X[:, 1:].to(pick_device())
 
 
-def clip_run(S: Settings, optimizer: str, clip: float | None, inject: bool, **run_kw) -> History:
-    """One run of the bad-batch experiment; run_kw go to TrainConfig (checkpoint_dir, checkpoint_every, stop_at)."""
+def clip_run(S: Settings, optimizer: str, clip: float | None, inject: bool, clip_fn=None, **run_kw) -> History:
+    """One run of the bad-batch experiment; run_kw go to TrainConfig (checkpoint_dir, checkpoint_every, stop_at);
+    clip_fn(grads, max_norm) -> norm clips in place of torch's (the exercise's)."""
     text = corpus()
     model, opt = build(S, optimizer, S.adamw_lr if optimizer == "AdamW" else S.sgd_lr)
     at = S.clip_steps // 2
@@ -75,7 +76,7 @@ def clip_run(S: Settings, optimizer: str, clip: float | None, inject: bool, **ru
                       lr_schedule=bind(warmup_cosine, warmup=S.clip_steps // 10, total=S.clip_steps, min_ratio=0.1),
                       eval_every=max(1, S.clip_steps // 20), eval_batches=5, seed=S.seed,
                       desc=f"{optimizer} clip={clip} {'bad batches' if inject else 'clean'}", **run_kw)
-    return train(model, text, cfg, optimizer=opt, batch_fn=batch_fn)
+    return train(model, text, cfg, optimizer=opt, batch_fn=batch_fn, clip_fn=clip_fn)
 
 
 def clip_pair(S: Settings, optimizer: str, clip: float | None) -> tuple[History, History]:

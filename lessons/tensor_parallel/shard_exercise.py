@@ -2,15 +2,12 @@
 lab's ColumnParallelLinear / RowParallelLinear (and DTensor's ColwiseParallel / RowwiseParallel, Shard(0) and
 Shard(1)) hold, and the tp ranks' partial outputs add up to the unsplit MLP's output (the all-reduce g)."""
 
-import html
 import inspect
 
 import torch
 import torch.nn.functional as F
-from IPython.display import HTML, display
 
-from labtools.exercises import (BOUND_FLOOR_S, LEARNER_ERRORS, NOT_WRITTEN, Outcome, difference, failure, is_stub,
-                                outcome, time_bound)
+from labtools.exercises import Outcome, attempt, difference, failed, outcome
 
 HINT = ("c_fc is column-parallel: rank r keeps rows r·4h/tp … (r+1)·4h/tp of its weight (out × in) and the same slice "
         "of its bias; c_proj is row-parallel: rank r keeps the same range of its weight's columns")
@@ -33,8 +30,6 @@ def _mlp(h: int, seed: int):
 
 def check_shards(fn) -> Outcome:
     """Your shards for tp = 2 and 4 (every rank), then the sum of the tp partial outputs against the unsplit MLP."""
-    if is_stub(fn):
-        return Outcome("not written", NOT_WRITTEN)
     results = []
     for h, tp in ((8, 2), (16, 4)):
         x, W_fc, b_fc, W_proj, b_proj = _mlp(h, seed=tp)
@@ -42,24 +37,19 @@ def check_shards(fn) -> Outcome:
         partial_sum = torch.zeros_like(full)
         name = f"h = {h} split over tp = {tp} ranks"
         for r in range(tp):
-            try:
-                with time_bound(BOUND_FLOOR_S):
-                    got = fn(W_fc.clone(), b_fc.clone(), W_proj.clone(), tp, r)
-            except NotImplementedError:
-                return Outcome("not written", NOT_WRITTEN)
-            except LEARNER_ERRORS as e:  # the learner's error, exit or endless loop becomes a message
-                return outcome([{"case": f"{name}, rank {r}", "error": failure(e, fn),
-                                 "hint": HINT}], tol=0.0, what="", reference="")
+            case = f"{name}, rank {r}"
+            tried = attempt(fn, W_fc.clone(), b_fc.clone(), W_proj.clone(), tp, r, case=case, hint=HINT)
+            if not tried.returned:
+                return tried.outcome
+            got = tried.value
             expected = reference(W_fc, b_fc, W_proj, tp, r)
             if not (isinstance(got, (tuple, list)) and len(got) == 3):
-                return outcome([{"case": f"{name}, rank {r}", "error": "return three tensors: (W_fc_r, b_fc_r, "
-                                 "W_proj_r)"}], tol=0.0, what="", reference="")
+                return failed(case, "return three tensors: (W_fc_r, b_fc_r, W_proj_r)")
             for part, g_, e_ in zip(("W_fc", "b_fc", "W_proj"), got, expected):
                 if difference(g_, e_) > 0:
                     shape = tuple(g_.shape) if isinstance(g_, torch.Tensor) else type(g_).__name__
-                    return outcome([{"case": f"{name}, rank {r}", "error": f"your {part} shard (shape {shape}) is not "
-                                     f"the one rank {r} holds (shape {tuple(e_.shape)})", "hint": HINT}],
-                                   tol=0.0, what="", reference="")
+                    return failed(case, f"your {part} shard (shape {shape}) is not the one rank {r} holds (shape "
+                                        f"{tuple(e_.shape)})", HINT)
             W1, b1, W2 = got
             partial_sum += F.gelu(x @ W1.T + b1) @ W2.T  # what rank r computes; g sums them
         results.append({"case": name, "difference": difference(partial_sum + b_proj, full)})
@@ -70,8 +60,3 @@ def check_shards(fn) -> Outcome:
 def solution_source() -> str:
     """The reference as the learner's cell would hold it."""
     return inspect.getsource(reference).replace("def reference(", "def my_mlp_shards(")
-
-
-def show_solution() -> None:
-    """The reference solution, folded (open it once you have tried)."""
-    display(HTML(f"<details><summary>A solution</summary><pre>{html.escape(solution_source())}</pre></details>"))

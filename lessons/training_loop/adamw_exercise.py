@@ -1,14 +1,19 @@
 """Lesson 00, your turn: one AdamW step by hand, checked against torch.optim.AdamW on the same state."""
 
-import html
 import inspect
 
 import torch
-from IPython.display import HTML, display
 
-from labtools.exercises import Case, Outcome, check
+from dataclasses import replace
+
+from labtools.data import Corpus
+from labtools.exercises import Case, Outcome, YourRun, check, run_yours
+from labtools.optim import param_groups
+from labtools.train import History, train
+from lessons.training_loop import Settings, build_model, train_config
 
 HYPER = dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8)
+TRAIN_TOL = 1e-3  # nats: float rounding in another order, over hundreds of steps (Adam + L2 parts by far more)
 
 
 def torch_adamw_step(p, g, m, v, t, lr, beta1, beta2, eps, weight_decay):
@@ -62,7 +67,38 @@ def solution_source() -> str:
     return inspect.getsource(reference).replace("def reference(", "def my_adamw_step(")
 
 
-def show_solution() -> None:
-    """The reference solution, folded (open it once you have tried)."""
-    display(HTML(f"<details><summary>A solution</summary><pre>{html.escape(solution_source())}</pre></details>"))
+class YourAdamW(torch.optim.Optimizer):
+    """torch.optim's interface around a one-tensor step like yours: it keeps m, v and the step t for each parameter
+    and calls step_fn(p, g, m, v, t, lr, beta1, beta2, eps, weight_decay) -> (p, m, v) on each, with its group's
+    learning rate (as the schedule set it) and weight decay (none for biases and norms)."""
 
+    def __init__(self, params, step_fn, lr: float, betas: tuple[float, float], eps: float = 1e-8):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=0.0))
+        self.step_fn = step_fn
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state.update(t=0, m=torch.zeros_like(p), v=torch.zeros_like(p))
+                state["t"] += 1
+                new, state["m"], state["v"] = self.step_fn(p.detach().clone(), p.grad.detach().clone(), state["m"],
+                                                           state["v"], state["t"], group["lr"], beta1, beta2,
+                                                           group["eps"], group["weight_decay"])
+                p.copy_(new)
+
+
+def train_with_yours(fn, S: Settings, corpus: Corpus, lab: History) -> YourRun:
+    """Section 3's run again, its first half, with your step in place of torch.optim.AdamW: the same model, seed,
+    batches and schedule. Your curve should lie on the lab's, to float rounding."""
+    def run(step_fn) -> History:
+        model = build_model(S, corpus.vocab_size)
+        optimizer = YourAdamW(param_groups(model, weight_decay=0.1), step_fn, S.lr, (0.9, 0.95))
+        cfg = replace(train_config(S, S.steps, "your AdamW"), stop_at=S.steps // 2)
+        return train(model, corpus, cfg, optimizer=optimizer)
+    return run_yours(fn, run, lab, what="your AdamW step", tol=TRAIN_TOL)
