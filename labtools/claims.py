@@ -146,7 +146,8 @@ class Ledger:
             failed = sum(not c.passed for c in detail)
             out += (f"<details{' open' if failed else ''}><summary>{len(detail)} more checks the lesson relies on"
                     f"{f' ({failed} failed)' if failed else ''}</summary>{_table(detail)}</details>")
-        return out + f"<p><small>{LEGEND}</small></p></div>"
+        return out + f"<details><summary><small>How to read this table</small></summary><p><small>{LEGEND}</small></p>" \
+                     "</details></div>"
 
     def to_text(self) -> str:
         lines = [f"Claims ledger — {self.lesson}"]

@@ -139,8 +139,8 @@ def findings(ledger: Ledger, S: Settings, runs: dict[str, History]) -> Findings:
         f"{w['update_rms_at_50']:.2f} at step 50.",
         f"Final validation loss: {w['final_val_no_warmup']:.3f} without warm-up, {w['final_val_warmup']:.3f} with.",
         f"Largest training loss after step 10: {w['max_loss_after_10_no_warmup']:.2f} without warm-up, "
-        f"{w['max_loss_after_10_warmup']:.2f} with it, when its rate reached {w['spike_lr_warmup']:.2g} at step "
-        f"{w['spike_step_warmup']}: warm-up does not make a too-high peak safe.",
+        f"{w['max_loss_after_10_warmup']:.2f} with it, once its rate neared the peak: warm-up does not make a "
+        "too-high peak safe.",
         f"At step 1, m̂/√v̂ = g/|g|: measured RMS {w['first_update_rms']:.4f}. Without bias correction it would be "
         f"{w['first_update_rms_uncorrected']:.3f} at β2 = {beta2} (measured): smaller, not larger.",
     ])

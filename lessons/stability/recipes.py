@@ -59,8 +59,12 @@ def table(S: Settings) -> go.Figure:
             return f"{v:.2g}"
         return str(v)
 
+    headers = {"beta2": "β2", "eps": "ε", "peak_lr": "peak learning rate", "weight_decay": "weight decay",
+               "clip": "clip at", "batch_tokens": "tokens per step", "context": "sequence length",
+               "tokens": "tokens in all"}
     body = [[name] + [fmt(r[f]) for f in fields] for name, r in rows.items()]
-    return plots.table(["recipe", *fields], body, title="Pre-training recipes (— = not published)", row_height=48)
+    return plots.table(["recipe", *(headers.get(f, f) for f in fields)], body,
+                       title="Large runs agree on most choices (— = not published)", row_height=48)
 
 
 def effective_batch_figure(batch: int, seq: int, dp: int, accum: int) -> go.Figure:
@@ -68,7 +72,7 @@ def effective_batch_figure(batch: int, seq: int, dp: int, accum: int) -> go.Figu
     names = ["yours", *[n for n, r in RECIPES.items() if r["batch_tokens"]]]
     values = [tokens, *[r["batch_tokens"] for r in RECIPES.values() if r["batch_tokens"]]]
     fig = plots.bars(names, {"tokens per optimizer step": values},
-                     title=f"{batch} seq × {seq} tokens × {dp} ranks × {accum} accumulation = {tokens:,} tokens/step")
+                     title=f"Your setting: {tokens:,} tokens per step, beside published runs")
     fig.update_yaxes(type="log", title_text="tokens per step", range=[2, 7.5])  # bars rise from 100 tokens
     fig.update_traces(texttemplate="%{y:.3s}")
     return fig

@@ -1,5 +1,6 @@
 """Lesson 00, real training: the synthetic corpus's known floor, then the standard library's text."""
 
+import math
 import statistics
 
 import numpy as np
@@ -21,6 +22,16 @@ def train_run(S: Settings, corpus: data.Corpus, steps: int, desc: str, model: GP
     """Train `model` (default: a fresh one from S) with warmup + cosine to 10% of S.lr."""
     model = model if model is not None else build_model(S, corpus.vocab_size, **model_changes)
     return model, train(model, corpus, train_config(S, steps, desc))
+
+
+def entropy_findings(S: Settings, corpus: data.Corpus) -> Findings:
+    """Section 1's answer: the entropy rate, the floor no model beats."""
+    return Findings([f"No model can average below **{corpus.entropy_rate:.3f}** nats per token on this source, its "
+                     "entropy rate; an untrained model starts near ln V."],
+                    [f"The floor for a window of {S.block_size} tokens, whose first positions see less context: "
+                     f"{corpus.loss_floor(S.block_size):.4f} nats per token.",
+                     f"ln V = {math.log(corpus.vocab_size):.4f}: the loss of a uniform guess over V = "
+                     f"{corpus.vocab_size} tokens."])
 
 
 def unigram_entropy(corpus: data.Corpus) -> float:
