@@ -64,7 +64,7 @@ def test_the_split_picture_draws_each_tensor_with_its_shape_on_one_rank():
     texts = lambda fig: [t for tr in fig.data if tr.mode and "text" in tr.mode for t in tr.text]  # noqa: E731
     tp = texts(picture.figure(64, 256, 2, sequence_parallel=False))
     assert tp.count("c_fc 128×64") == 2 and tp.count("c_proj 64×128") == 2 and tp.count("x 256×64") == 2
-    assert "g: all-reduce" in tp and "all-gather" not in tp
+    assert "reduce: all-reduce" in tp and "all-gather" not in tp
     sp = texts(picture.figure(64, 256, 4, sequence_parallel=True))
     assert sp.count("x 64×64") == 4 and sp.count("y 64×64") == 4 and sp.count("gelu 256×64") == 4
     assert "all-gather" in sp and "reduce-scatter" in sp

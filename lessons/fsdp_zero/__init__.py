@@ -32,9 +32,9 @@ class Strategy(Key):
 
     @property
     def label(self) -> str:
-        return {"ddp": "DDP (no sharding)", "zero1": "ZeRO-1: DDP + ZeroRedundancyOptimizer",
-                "zero2": "ZeRO-2: fully_shard, no reshard", "zero3": "ZeRO-3: fully_shard",
-                "zero3_bf16": "ZeRO-3: fully_shard + bf16 params"}[self.value]
+        return {"ddp": "DDP (no sharding)", "zero1": "ZeRO-1: optimizer state sharded",
+                "zero2": "ZeRO-2: no reshard after forward", "zero3": "ZeRO-3: everything sharded",
+                "zero3_bf16": "ZeRO-3, bf16 parameters"}[self.value]
 
     @property
     def short(self) -> str:

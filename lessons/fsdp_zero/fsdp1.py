@@ -21,8 +21,8 @@ def findings(ledger: Ledger, f1: list[Fsdp1Result]) -> Findings:
     ledger.note("fsdp1_rank0", {name: dataclasses.asdict(d) for name, d in shards.items()})
     held = max(max(d.params / whole.params, d.grads / whole.grads) for name, d in shards.items()
                if name is not Fsdp1.NO_SHARD)
+    stage = {Fsdp1.NO_SHARD: "DDP", Fsdp1.SHARD_GRAD_OP: "ZeRO-2", Fsdp1.FULL_SHARD: "ZeRO-3"}
     table = "| rank 0, at rest | parameters (bytes) | gradients (bytes) |\n|---|---|---|\n" + "\n".join(
-        f"| {name} | {d.params:,} | {d.grads:,} |" for name, d in shards.items())
-    return Findings([f"The same shares: at rest on {len(f1)} ranks, SHARD_GRAD_OP and FULL_SHARD leave rank 0 "
-                     f"**{held:.2f}** of NO_SHARD's parameters and gradients, $1/N$, as ZeRO-2 and ZeRO-3 do."],
-                    [table])
+        f"| `{name}` ({stage[name]}) | {d.params:,} | {d.grads:,} |" for name, d in shards.items())
+    return Findings([f"Yes: at rest, its ZeRO-2 and ZeRO-3 strategies leave rank 0 **{held:.2f}** of the parameters "
+                     f"and gradients it holds unsharded, $1/N$ on {len(f1)} ranks, as `fully_shard` does."], [table])

@@ -21,7 +21,7 @@ from labtools.validate import check_range
 CURVE_WINDOW = 40  # steps over which training curves are held equal (AdamW amplifies last-bit differences)
 
 
-QUOTED_EFFICIENCY = 0.789  # "4 stages, 16 micro-batches: η = (16−1)/(16+4−1) = 78.9%" (a widely repeated calculation)
+QUOTED_EFFICIENCY = 0.789  # "4 stages, 16 micro-batches: efficiency = (16−1)/(16+4−1) = 78.9%" (widely repeated)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,7 +5,7 @@ import plotly.graph_objects as go
 from labtools import plots
 from labtools.claims import Findings, Ledger, approx, at_most, is_true
 from labtools.layout import bubble_fraction
-from labtools.pipeline import SCHEDULES, Schedule, decompose, idle_per_row
+from labtools.pipeline import SCHEDULES, Schedule, decompose
 from lessons.pipeline_parallel import QUOTED_EFFICIENCY, Settings
 from lessons.pipeline_parallel.launches import DepthRun
 from lessons.pipeline_parallel.order_exercise import rule_orders, torch_orders
@@ -30,13 +30,10 @@ def formula(p: int, schedule: str, m: int, v: int) -> float:
 
 def timeline_figure(intervals: list[dict], p: int, schedule: str, m: int, v: int, real: bool = False) -> go.Figure:
     d = decompose(intervals)
-    per_rank = ", ".join(f"rank {r} {x:.0%}" for r, x in idle_per_row(intervals).items())
-    fig = plots.timeline(intervals, unit="ms", title=f"{schedule}, p = {p}, m = {m} — measured "
-                         f"({'real' if real else 'simulated'} compute): bubble {d['bubble']:.1%} + latency "
-                         f"{d['latency']:.1%}; formula {formula(p, schedule, m, v):.1%}")
-    fig.add_annotation(text=f"idle per rank: {per_rank}", xref="paper", yref="paper", x=0, y=-0.32,
-                       showarrow=False, xanchor="left")
-    return fig
+    idle = d["bubble"] + d["latency"]
+    return plots.timeline(intervals, unit="ms", title=f"{schedule}, p = {p}, m = {m}, "
+                          f"{'real' if real else 'simulated'} compute: the ranks idled {idle:.0%} of the step, the "
+                          f"formula predicts {formula(p, schedule, m, v):.0%}")
 
 
 def figure(runs: list[Timeline], v: int, title: str) -> go.Figure:
@@ -69,13 +66,13 @@ def timeline_findings(ledger: Ledger, S: Settings, results: dict[int, DepthRun])
     held (actions that overran their simulated time)."""
     ran = torch_orders(results)
     same = all(run.orders == rule_orders(run.p, run.m) for run in ran) and bool(ran)
-    ledger.add("torch_1f1b_order", "torch's Schedule1F1B ran, on every rank, the order section 1 draws and the "
+    ledger.add("torch_1f1b_order", "PyTorch's 1F1B ran, on every rank, the order section 1 draws and the "
                f"exercise's rule gives ({len(ran)} timed runs, m ≥ p)", same, is_true(), kind="measured")
     overruns = sum(rk.overruns for res in results.values() for rk in res.ranks)
     actions = sum(len(run.intervals) for res in results.values() for run in res.timelines)
-    answer = ("The schedule itself: on every rank, 1F1B ran its actions in the order section 1 draws, each padded "
-              "to its simulated time." if same else
-              "Not quite the drawn schedule: on some rank, torch's 1F1B ran another order than section 1 draws.")
+    answer = ("Yes: on every rank, PyTorch's 1F1B ran its actions in the order section 1 draws, each padded to its "
+              "simulated time." if same else
+              "Not quite: on some rank, PyTorch's 1F1B ran another order than section 1 draws.")
     if overruns > 0.05 * actions:
         answer += f" But **{overruns / actions:.0%}** of the actions overran it, and stretch the timelines."
     return Findings([answer], [
@@ -98,12 +95,12 @@ def findings(ledger: Ledger, S: Settings, results: dict[int, DepthRun]) -> Findi
               None)
     at = at if at is not None else max(range(len(runs)), key=lambda i: (runs[i].p, runs[i].m))
     p, m, bubble = runs[at].p, runs[at].m, parts[at]["bubble"]
-    quoted_idle = 1 - QUOTED_EFFICIENCY  # what "η = 78.9%" would leave idle
+    quoted_idle = 1 - QUOTED_EFFICIENCY  # what an efficiency of 78.9% would leave idle
     ledger.add("quoted_78_9", f"p = {p}, m = {m} ({runs[at].schedule}): the measured bubble, latency separated, is "
-               f"the formula's (p−1)/(m+p−1) = {bubble_fraction(p, m):.1%}, not the {quoted_idle:.1%} that \"η = "
-               "78.9%\" leaves idle (within 0.025: the two are 0.05 apart)", bubble,
+               f"the formula's (p−1)/(m+p−1) = {bubble_fraction(p, m):.1%}, not the {quoted_idle:.1%} that the quoted "
+               "efficiency of 78.9% leaves idle (within 0.025: the two are 0.05 apart)", bubble,
                approx(bubble_fraction(p, m), abs=0.025),
-               source="a widely repeated calculation: η = (m−1)/(m+p−1) = 15/19", kind="measured")
+               source="a widely repeated calculation: efficiency = (m−1)/(m+p−1) = 15/19", kind="measured")
     ledger.note("bubble_gaps", {label(run): g for run, g in zip(runs, gaps)})
     ledger.note("latency", {label(run): d["latency"] for run, d in zip(runs, parts)})
     lat = [d["latency"] for d in parts]
@@ -123,20 +120,19 @@ def findings(ledger: Ledger, S: Settings, results: dict[int, DepthRun]) -> Findi
          f"in all {len(gaps)} runs; latency came on top of it." if abs(gaps[worst]) <= 0.05 else
          f"Roughly: with simulated compute the bubble tracked the formula, but one run idled **{gaps[worst]:+.2f}** "
          "beyond it: on a busy machine a rank can wake late. Rerun to see whether it holds."),
-        (f"So the quoted 78.9% is one micro-batch off: at $p = {p}$, $m = {m}$ the run idled "
-         f"**{bubble:.1%}**, near the formula's "
-         f"${p - 1}/{m + p - 1} = {100 * bubble_fraction(p, m):.1f}\\%$."
+        (f"So the quoted efficiency counts one micro-batch too few: in that case the run idled **{bubble:.1%}**, "
+         f"near the formula's {bubble_fraction(p, m):.1%}."
          if near else
-         f"At $p = {p}$, $m = {m}$ the run idled **{bubble:.1%}**, farther from the formula's "
-         f"${p - 1}/{m + p - 1} = {100 * bubble_fraction(p, m):.1f}\\%$ than this lesson claims."),
+         f"In the quoted case the run idled **{bubble:.1%}**, farther from the formula's "
+         f"{bubble_fraction(p, m):.1%} than this lesson claims."),
     ], [table, f"Latency, the input existing but not yet arrived, took {min(lat):.1%} to {max(lat):.1%} of a step."])
 
 
 def real_findings(ledger: Ledger, S: Settings, results: dict[int, DepthRun]) -> Findings:
     runs = measured(results, real=True)
     if not runs:
-        return Findings(["This profile runs simulated compute only; the `cpu` and `gpu` profiles also time the real "
-                         "computation."])
+        return Findings(["This run cannot say: the `smoke` profile times simulated compute only. The `cpu` and `gpu` "
+                         "profiles also time the real computation."])
     ledger.note("real_idle", {label(run): decompose(run.intervals) for run in runs})
     by_p = {p: [1 - decompose(run.intervals)["busy"] for run in runs if run.p == p] for p in results}
     over = [1 - decompose(run.intervals)["busy"] - formula(run.p, run.schedule, run.m, S.v) for run in runs]

@@ -24,6 +24,7 @@ def figure(results: dict[int, DepthRun], m: int) -> go.Figure:
                                      marker=dict(color="black", symbol="line-ew-open", size=30, line=dict(width=3)),
                                      showlegend=col == 1 and i == 0), row=1, col=col)
     fig.update_yaxes(title_text="peak saved activations ÷ one micro-batch's", row=1, col=1)
+    fig.update_layout(title="Activations held: GPipe all m micro-batches on every rank, 1F1B fewer down the pipeline")
     fig.update_layout(barmode="group")
     return fig
 
@@ -53,21 +54,19 @@ def findings(ledger: Ledger, results: dict[int, DepthRun], m: int) -> Findings:
         f"Each run had m = {m} micro-batches."])
 
 
-def traffic_table(results: dict[int, DepthRun], S: Settings) -> go.Figure:
-    rows = []
+def traffic_figure(results: dict[int, DepthRun], S: Settings) -> go.Figure:
+    """Bytes per training step, all ranks together: the pipeline's and DDP's, predicted and (gloo) on the wire."""
+    series = {"pipeline, predicted": [], "pipeline, on the wire": [], "DDP, predicted (ring)": [],
+              "DDP, on the wire": []}
     for p, r in results.items():
         t = r.ranks[0].traffic
-        pipe_pred = 2 * (p - 1) * S.m * t.activation_bytes
-        ddp_pred = p * collective_bytes("all_reduce", t.param_bytes, p)
-        rows.append((f"p = {p}", f"{t.activation_bytes:,}", f"{pipe_pred:,}", _fmt(t.pipeline_wire),
-                     f"{ddp_pred:,.0f}", _fmt(t.ddp_wire)))
-    return plots.table(("", "b·s·h·4 bytes", "pipeline, predicted", "pipeline, on the wire", "DDP, predicted (ring)",
-                        "DDP, on the wire"), rows, title=f"Bytes per training step, all ranks together (m = {S.m})",
-                       row_height=32)
-
-
-def _fmt(x) -> str:
-    return "not measurable here" if x is None else f"{x:,}"
+        series["pipeline, predicted"].append(2 * (p - 1) * S.m * t.activation_bytes / 1e6)
+        series["pipeline, on the wire"].append(None if t.pipeline_wire is None else t.pipeline_wire / 1e6)
+        series["DDP, predicted (ring)"].append(p * collective_bytes("all_reduce", t.param_bytes, p) / 1e6)
+        series["DDP, on the wire"].append(None if t.ddp_wire is None else t.ddp_wire / 1e6)
+    series = {k: v for k, v in series.items() if all(x is not None for x in v)}
+    return plots.bars([f"p = {p}" for p in results], series, yaxis="MB per training step, all ranks",
+                      title="A pipeline sends far less than data parallelism on the same ranks")
 
 
 def traffic_findings(ledger: Ledger, results: dict[int, DepthRun], S: Settings) -> Findings:
@@ -83,7 +82,7 @@ def traffic_findings(ledger: Ledger, results: dict[int, DepthRun], S: Settings) 
             wire.append(pipe_wire / pipe_pred)
             ddp.append(ddp_wire / ddp_pred)
             ratios.append(ddp_wire / pipe_wire)
-            rows.append(f"| {p} | {pipe_wire:,} | {wire[-1]:.3f} | {ddp_wire:,} | {ddp[-1]:.3f} |")
+            rows.append(f"| {p} | {wire[-1]:.3f} | {ddp[-1]:.3f} | {ratios[-1]:.0f}× |")
     depths = " and ".join(str(p) for p in results)
     ledger.add("p2p_counted", f"p = {depths}: the schedule hands the backend one b·s·h activation forward and one "
                "gradient backward per micro-batch per boundary (worst |counted ÷ 2(p−1)·m·b·s·h·4 − 1|)", counted_off,
@@ -111,6 +110,7 @@ def traffic_findings(ledger: Ledger, results: dict[int, DepthRun], S: Settings) 
                                                   else "") + ". How much less than data parallelism this run cannot "
         "say: other traffic on this machine's loopback interface reached its byte counts (rerun when it is quiet).",
     ]
-    return Findings(answer, ["| p | pipeline, bytes on the wire | ÷ predicted | DDP, bytes on the wire | ÷ ring "
-                             "prediction |\n|---|---|---|---|---|\n" + "\n".join(rows),
-                             f"One micro-batch's activation, b·s·h·4 bytes: {act:,}."])
+    return Findings(answer, ["| p | pipeline: on the wire ÷ predicted | DDP: on the wire ÷ predicted | DDP ÷ pipeline, "
+                             "on the wire |\n|---|---|---|---|\n" + "\n".join(rows),
+                             f"Each micro-batch sends one activation of $b \\cdot s \\cdot h$ numbers, {act:,} bytes, "
+                             "forward across each boundary, and one gradient back."])

@@ -4,6 +4,7 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from labtools import plots
+from labtools.claims import Findings, Ledger, at_most
 from labtools.layout import bubble_fraction
 from labtools.pipeline import SCHEDULES, Schedule, idle_fraction, schedule_order, simulate
 from labtools.widgets import Panel
@@ -15,13 +16,14 @@ def grid_figure(schedule: str, p: int, m: int, v: int = 1, asked_m: int | None =
     m the learner chose, where the schedule had to run another (said in the title)."""
     vv = v if schedule == Schedule.INTERLEAVED else 1
     intervals = simulate(schedule_order(schedule, p, m, vv), 1.0, 2.0, vv)
-    idle = idle_fraction(intervals, p)
+    idle, predicted = idle_fraction(intervals, p), bubble_fraction(p, m, vv)
     moved = f" (you chose {asked_m}: interleaving needs m a multiple of p)" if asked_m not in (None, m) else ""
-    fig = plots.timeline(intervals, unit="time units (forward = 1)",
-                         title=f"{schedule}, p = {p}, m = {m}{moved}{f', v = {vv}' if vv > 1 else ''}: idle "
-                               f"{idle:.1%} — formula (p−1)/({'v·' if vv > 1 else ''}m+p−1) = "
-                               f"{bubble_fraction(p, m, vv):.1%}")
-    return fig
+    formula = f"(p−1)/({'v·' if vv > 1 else ''}m+p−1)"
+    verdict = (f"as {formula} predicts" if abs(idle - predicted) < 0.005 else
+               f"{formula} predicts {predicted:.0%}")
+    return plots.timeline(intervals, unit="time units (forward = 1)",
+                          title=f"{schedule}, p = {p}, m = {m}{moved}{f', v = {vv}' if vv > 1 else ''}: idle "
+                                f"{idle:.0%} of the step, {verdict}")
 
 
 def panel(S: Settings) -> Panel:
@@ -48,3 +50,28 @@ def panel(S: Settings) -> Panel:
     show_v()
     return Panel(draw, controls, debounce_ms=0, title="A pipeline schedule, drawn from its order (forward 1, "
                                                       "backward 2)")
+
+
+def findings(ledger: Ledger, S: Settings) -> Findings:
+    """Section 1's answer, from the drawn schedules: GPipe and 1F1B idle the formula's share, interleaving less."""
+    worst = 0.0
+    for schedule in SCHEDULES:
+        v = S.v if schedule == Schedule.INTERLEAVED else 1
+        for p in S.worlds:
+            for m in (*S.micro_batches, S.m):
+                if v == 1 or m % p == 0:
+                    drawn = idle_fraction(simulate(schedule_order(schedule, p, m, v), 1.0, 2.0, v), p)
+                    worst = max(worst, abs(drawn - bubble_fraction(p, m, v)))
+    ledger.add("drawn_formula", "Drawn on an idealised machine, GPipe and 1F1B idle (p−1)/(m+p−1) of the step and "
+               f"interleaved 1F1B (p−1)/(v·m+p−1), v = {S.v} (worst gap over the depths and m the lesson runs)",
+               worst, at_most(1e-9), kind="computed", detail=True)
+    p, m = max(S.worlds), S.m
+    idle = {s: idle_fraction(simulate(schedule_order(s, p, m, S.v if s == Schedule.INTERLEAVED else 1), 1.0, 2.0,
+                                      S.v if s == Schedule.INTERLEAVED else 1), p) for s in SCHEDULES}
+    same = abs(idle[Schedule.GPIPE] - idle[Schedule.ONE_F_ONE_B]) < 1e-9
+    return Findings([
+        (f"At $p = {p}$, $m = {m}$, GPipe and 1F1B both idle **{idle[Schedule.ONE_F_ONE_B]:.0%}** of the step"
+         if same else f"At $p = {p}$, $m = {m}$, 1F1B idles **{idle[Schedule.ONE_F_ONE_B]:.0%}** of the step")
+        + f"; interleaving with $v = {S.v}$ cuts it to **{idle[Schedule.INTERLEAVED]:.0%}**, for $v$ times as many "
+        "messages.",
+    ])

@@ -59,7 +59,7 @@ def figure(run: Timeline, p: int, S: Settings) -> go.Figure:
     measured = [dict(iv, start=iv["start"] / S.t_f_ms, end=iv["end"] / S.t_f_ms) for iv in run.intervals]
     parts = [("1F1B, each backward whole (B)", simulate(order, 1.0, 2.0)),
              ("1F1B, each backward split: I sent first, then W", simulate(split_backward(order), 1.0, 2.0)),
-             ("ZBV, torch's list: I as soon as it can, W into the gaps", simulate(listed(run), 1.0, 2.0, v=2)),
+             ("ZBV, PyTorch's list: I as soon as it can, W into the gaps", simulate(listed(run), 1.0, 2.0, v=2)),
              ("ZBV on the ranks, measured", measured)]
     titles = [f"{name}: idle {idle_fraction(iv):.0%}" for name, iv in parts[:3]]
     titles.append(f"{parts[3][0]}: bubble {decompose(run.intervals)['bubble']:.0%}")
@@ -67,14 +67,14 @@ def figure(run: Timeline, p: int, S: Settings) -> go.Figure:
                          height=4 * (56 + 28 * p), shared_xaxes=True, vertical_spacing=0.07)
     shown = set()
     for row, (_, intervals) in enumerate(parts, start=1):
-        for trace in plots.timeline(intervals, unit="t_F").data:
+        for trace in plots.timeline(intervals, unit="forwards").data:
             trace.update(legendgroup=trace.name, showlegend=trace.name not in shown)
             shown.add(trace.name)
             fig.add_trace(trace, row=row, col=1)
         fig.update_yaxes(categoryorder="array", categoryarray=[f"rank {r}" for r in reversed(range(p))], row=row,
                          col=1)
     fig.update_layout(barmode="overlay", uniformtext=dict(minsize=8, mode="hide"))
-    fig.update_xaxes(title_text=f"time, in forwards of one stage (t_F); measured: ms ÷ {S.t_f_ms:g}", row=4, col=1)
+    fig.update_xaxes(title_text="time, in units of one stage's forward", row=4, col=1)
     return fig
 
 
@@ -88,7 +88,7 @@ def findings(ledger: Ledger, S: Settings, results: dict[int, DepthRun]) -> Findi
     meas = {q: decompose(r.intervals)["bubble"] for q, r in zb.items()}
     sims = {q: idle_fraction(simulate(listed(r), 1.0, 2.0, v=2)) for q, r in zb.items()}  # F = I = W
     sim = sims[p]
-    ledger.add("zbv_idle_computed", f"p = {p}, m = {m}: torch's ZBV list, played with F = I = W, idles less than "
+    ledger.add("zbv_idle_computed", f"p = {p}, m = {m}: PyTorch's ZBV list, played with F = I = W, idles less than "
                f"half of 1F1B's (p−1)/(m+p−1) = {plain:.1%} (the split backward fills the bubble with W)", sim,
                at_most(plain / 2), kind="computed")
     for q in sorted(zb):  # the deepest p is the headline; shallower ones repeat it, folded
@@ -97,13 +97,13 @@ def findings(ledger: Ledger, S: Settings, results: dict[int, DepthRun]) -> Findi
                    f"{bubble_fraction(q, zb[q].m):.1%}", meas[q], approx(sims[q], abs=0.05), kind="measured",
                    detail=q != p)
     same = ran_as_listed(results)
-    ledger.add("torch_lists_ran", f"every rank ran exactly the actions torch listed for it, in order ({len(same)} runs "
-               "of ZBV and the interleaved schedules): the picture is the schedule that ran", all(same) and bool(same),
-               is_true(), kind="measured", detail=True)
+    ledger.add("torch_lists_ran", f"every rank ran exactly the actions PyTorch listed for it, in order ({len(same)} "
+               "runs of ZBV and the interleaved schedules): the picture is the schedule that ran",
+               all(same) and bool(same), is_true(), kind="measured", detail=True)
     ours = lab_order_matches(results, S.v)
     if ours:
-        ledger.add("interleaved_order", f"the lab's interleaved order (section 1's panel) is the list torch's "
-                   f"ScheduleInterleaved1F1B ran, on every rank ({len(ours)} runs)", all(ours), is_true(),
+        ledger.add("interleaved_order", f"the lab's interleaved order (section 1's panel) is the list PyTorch's "
+                   f"interleaved 1F1B ran, on every rank ({len(ours)} runs)", all(ours), is_true(),
                    kind="measured", detail=True)
     held = max(in_flight(listed(run))) / 2  # two chunks per rank: a chunk's activations are half a stage's
     split = idle_fraction(simulate(split_backward(schedule_order(Schedule.ONE_F_ONE_B, p, m))))
@@ -112,11 +112,13 @@ def findings(ledger: Ledger, S: Settings, results: dict[int, DepthRun]) -> Findi
     return Findings([
         f"Yes: once each backward is split into I and W, ZBV's list fills 1F1B's bubble with W. Played, it idles "
         f"**{sim:.1%}** of the step where 1F1B idles {plain:.1%}.",
-        (f"On the ranks, ZBV's measured bubble was **{meas[p]:.1%}**, "
-         + ("close to its list" if abs(meas[p] - sim) <= 0.05 else "more than its list's: on a busy machine a rank can "
-            "wake late (rerun to see whether it holds)")
-         + (": the ranks ran exactly the actions torch listed, in order." if all(same) else
-            ", and some rank did not run the list as torch wrote it.")),
+        (f"On the ranks, ZBV's measured bubble was **{meas[p]:.1%}**, close to its list's: the ranks ran exactly the "
+         "actions PyTorch listed, in order." if abs(meas[p] - sim) <= 0.05 and all(same) else
+         f"On the ranks, ZBV's measured bubble was **{meas[p]:.1%}**, more than its list's, though the ranks ran the "
+         "actions PyTorch listed, in order: on a busy machine a rank can wake late (rerun to see whether it holds)."
+         if all(same) else
+         f"On the ranks, ZBV's measured bubble was **{meas[p]:.1%}**, and some rank did not run the list as PyTorch "
+         "wrote it."),
     ], [
         "| p | m | 1F1B's bubble | ZBV, played | ZBV, measured |\n|---|---|---|---|---|\n" + rows,
         f"Splitting alone helps: 1F1B that sends I before running W idles {split:.1%} at p = {p}, m = {m}.",

@@ -15,35 +15,19 @@ def ring_bytes(S: Settings, tp: int, sequence_parallel: bool) -> float:
     return tp * tensor_parallel_bytes(S.n_layer, S.batch_size, S.block_size, S.n_embd, tp, sequence_parallel)
 
 
-def comm_table(res: LessonRuns, S: Settings) -> go.Figure:
-    rows = []
-    for t, r in res.tp.items():
-        c = r[0].comm
-        for variant in Version:
-            sp = variant == Version.DTENSOR_SP  # sequence parallel
-            calls = ", ".join(f"{n} × {k}" for n, k in sorted(c.versions[variant].calls.items()))
-            wire = c.versions[variant].wire
-            rows.append((f"tp = {t}", variant, calls, f"{ring_bytes(S, t, sp):,.0f}",
-                         "—" if wire is None else f"{wire:,}"))
-    return plots.table(("", "version", "collectives counted (one forward + backward)", "predicted bytes (ring)",
-                        "bytes on the wire (loopback)"), rows, row_height=34,
-                       title=f"What tensor parallelism sends: {S.n_layer} layers, b·s·h = "
-                             f"{S.batch_size}·{S.block_size}·{S.n_embd}")
+LABELS = {Version.WRITTEN_OUT: "written out", Version.DTENSOR: "DTensor TP", Version.DTENSOR_SP: "DTensor TP + SP"}
 
 
-def module_table(res: LessonRuns) -> go.Figure:
-    """Which module of block 0 issues which collective (DTensor's CommDebugMode), TP and TP + SP, at the smallest tp."""
-    t = min(res.tp)
-    c = res.tp[t][0].comm
-    rows = []
-    for variant in (Version.DTENSOR, Version.DTENSOR_SP):
-        for fqn, d in c.versions[variant].per_module.items():
-            if ".h.0." in fqn or fqn.endswith(".h.0") or fqn.endswith("ln_f"):
-                fmt = lambda x: ", ".join(f"{k} × {n}" for k, n in x.items()) or "—"  # noqa: E731
-                if d.forward or d.backward:
-                    rows.append((variant, fqn.split("transformer.")[-1], fmt(d.forward), fmt(d.backward)))
-    return plots.table(("version", "module", "forward", "backward"), rows, row_height=30,
-                       title=f"Collectives by module, block 0 (tp = {t}; a parent counts its children's too)")
+def figure(res: LessonRuns, S: Settings) -> go.Figure:
+    """Bytes of one forward + backward of the whole GPT, all ranks together: the ring's prediction beside what
+    crossed the loopback interface, for each version at each tensor-parallel size."""
+    x = [f"{LABELS[v]}, tp = {t}" for t in res.tp for v in Version]
+    series = {"predicted (ring)": [ring_bytes(S, t, v == Version.DTENSOR_SP) / 1e6 for t in res.tp for v in Version]}
+    wire = [r[0].comm.versions[v].wire for r in res.tp.values() for v in Version]
+    if all(w is not None for w in wire):
+        series["on the wire (gloo)"] = [w / 1e6 for w in wire]
+    return plots.bars(x, series, yaxis="MB, all ranks", title="What tensor parallelism sends in one forward and "
+                      "backward: sequence parallelism costs more only on gloo")
 
 
 def findings(ledger: Ledger, res: LessonRuns, S: Settings) -> Findings:
@@ -64,7 +48,7 @@ def findings(ledger: Ledger, res: LessonRuns, S: Settings) -> Findings:
     if not measured:
         return Findings(["Four all-reduces per layer, as counted; bytes on the wire are measured only for gloo ranks "
                          "on one machine."])
-    tp_wire, sp_ring, sp_gloo, rs, rows, alone_rows = [], [], [], [], [], []
+    tp_wire, sp_ring, sp_gloo, rs, rows = [], [], [], [], []
     for tp, c in measured.items():
         alone = c.collective_wire  # one collective of b·s·h bytes, alone, on the wire
         wire, sp_wire = c.versions[Version.DTENSOR].wire, c.versions[Version.DTENSOR_SP].wire
@@ -73,13 +57,11 @@ def findings(ledger: Ledger, res: LessonRuns, S: Settings) -> Findings:
         sp_ring.append(sp_wire / ring_bytes(S, tp, True))
         sp_gloo.append(sp_wire / gloo_sp)
         rs.append(alone.reduce_scatter / alone.all_gather)
-        rows.append(f"| {tp} | {wire:,} | {tp_wire[-1]:.2f} | {sp_wire:,} | {sp_ring[-1]:.2f} | {sp_gloo[-1]:.2f} |")
-        alone_rows.append(f"| {tp} | {c.bsh_bytes:,} | {alone.all_reduce:,.0f} | {alone.all_gather:,.0f} | "
-                          f"{alone.reduce_scatter:,.0f} |")
+        rows.append(f"| {tp} | {tp_wire[-1]:.2f} | {sp_ring[-1]:.2f} | {sp_gloo[-1]:.2f} | {rs[-1]:.2f} |")
     far = lambda xs, x0: max(xs, key=lambda x: abs(x - x0))  # noqa: E731 - the size farthest from the claim
-    ledger.add("tp_wire", f"tp = {sizes}: TP's bytes on the wire ÷ the ring prediction 8(tp−1)·L·b·s·h, the size "
-               "farthest from 1 (gloo's own all-reduce and headers add a little)", far(tp_wire, 1.0),
-               approx(1.0, rel=0.15), kind="measured")
+    ledger.add("tp_wire", f"tp = {sizes}: TP's bytes on the wire, all ranks together, ÷ the ring prediction "
+               "tp · L · 8(tp−1)/tp · b·s·h · 4 bytes, the size farthest from 1 (gloo's own all-reduce and headers add "
+               "a little)", far(tp_wire, 1.0), approx(1.0, rel=0.15), kind="measured")
     ledger.add("gloo_rs", f"tp = {sizes}: gloo's reduce-scatter puts about twice an all-gather's bytes on the wire — "
                "as much as its all-reduce (a collective of b·s·h alone, mean of 10, the size farthest from 2; the "
                "ring's would be equal)", far(rs, 2.0), approx(2.0, rel=0.15), kind="measured")
@@ -91,8 +73,8 @@ def findings(ledger: Ledger, res: LessonRuns, S: Settings) -> Findings:
         f"**{max(abs(x - 1) for x in tp_wire):.0%}** of the ring's prediction.",
         f"Sequence parallelism swaps each for a reduce-scatter and an all-gather. On a ring that sends the same bytes; "
         f"on gloo, whose reduce-scatter costs an all-reduce, it sent up to **{max(sp_ring):.1f}×** as many.",
-    ], ["| tp | TP, bytes on the wire | ÷ ring | TP + SP, bytes on the wire | ÷ ring | ÷ ring with gloo's "
-        "reduce-scatter |\n|---|---|---|---|---|---|\n" + "\n".join(rows),
-        "Below, one collective of b·s·h alone: its bytes on the wire, the mean of ten.",
-        "| tp | b·s·h bytes | all-reduce | all-gather | reduce-scatter |\n|---|---|---|---|---|\n"
-        + "\n".join(alone_rows)])
+    ], ["| tp | TP: wire ÷ ring | TP + SP: wire ÷ ring | TP + SP: wire ÷ ring, gloo's reduce-scatter costed | gloo's "
+        "reduce-scatter ÷ its all-gather |\n|---|---|---|---|---|\n" + "\n".join(rows),
+        "Counted per forward and backward: TP called four all-reduces per layer; TP + SP four reduce-scatters and "
+        "four all-gathers per layer, plus two all-gathers at the ends of the sequence-split stretch.",
+        "The last column measures one collective of $bsh$ alone, the mean of ten runs."])

@@ -64,10 +64,6 @@ def findings(ledger: Ledger, rows: list[MemoryRow], S: Settings) -> Findings:
     table = ("| tp | split | measured, MiB | predicted, MiB |\n|---|---|---|---|\n"
              + "\n".join(f"| {r.tp} | {r.split} | {r.measured / 2**20:.2f} | {r.predicted / 2**20:.2f} |"
                           for r in rows))
-    sources = ("| fp16 bytes per $bsh$ per layer, $tp$ = " + str(tp) + " | with TP | with TP + SP |\n|---|---|---|\n"
-               f"| the lab's block (DTensor) | $8 + 24/tp$ = {ours[False]:.1f} | $4 + 28/tp$ = {ours[True]:.1f} |\n"
-               f"| Korthikanti et al., $s \\times s$ scores left out | $10 + 24/tp$ = {theirs[False]:.1f} | "
-               f"$34/tp$ = {theirs[True]:.1f} |")
     return Findings([
         ("What the lab's calculator predicts, to the byte" if exact else
          f"Close to the lab's calculator's prediction (worst gap **{worst:.1%}**)")
@@ -76,6 +72,8 @@ def findings(ledger: Ledger, rows: list[MemoryRow], S: Settings) -> Findings:
         f"and TP + SP to **{at[Split.TP_SP] / at[Split.NONE]:.0%}**." if tp == 4 else
         f"At the largest size, TP cut each rank's activations to **{at[Split.TP] / at[Split.NONE]:.0%}** of one "
         f"rank's, and TP + SP to **{at[Split.TP_SP] / at[Split.NONE]:.0%}**.",
-    ], [table, sources,
-        "Korthikanti et al.'s block keeps two dropout masks the lab's lacks. With SP, DTensor keeps the all-gathered "
-        "inputs of c_attn and c_fc for backward, where Megatron-LM gathers them again."])
+    ], [table,
+        "In Korthikanti et al.'s units, fp16 bytes per $bsh$ per layer, the lab's block keeps $8 + 24/tp$ with TP and "
+        "$4 + 28/tp$ with SP; theirs, its $s \\times s$ scores left out, $10 + 24/tp$ and $34/tp$.",
+        "The differences: their block keeps two dropout masks the lab's lacks, and with SP, DTensor keeps the "
+        "all-gathered inputs of `c_attn` and `c_fc` for backward, where Megatron-LM gathers them again."])

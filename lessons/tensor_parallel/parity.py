@@ -1,23 +1,7 @@
 """Lesson 10, sections 1–2: column/row-parallel layers and the whole model against one process."""
 
-import plotly.graph_objects as go
-
-from labtools import plots
 from labtools.claims import Findings, Ledger, at_most
 from lessons.tensor_parallel.launches import LessonRuns
-from lessons.tensor_parallel.ranks import Version
-
-
-def table(res: LessonRuns) -> go.Figure:
-    rows = []
-    for t, r in res.tp.items():
-        p = r[0].parity
-        rows += [(f"tp = {t}", name, f"{part[Version.WRITTEN_OUT]:.1e}", f"{part[Version.DTENSOR]:.1e}", "—")
-                 for name, part in (("mlp", p.mlp), ("attention", p.attention))]
-        rows.append((f"tp = {t}", "whole GPT", f"{p.gpt[Version.WRITTEN_OUT]:.1e}", f"{p.gpt[Version.DTENSOR]:.1e}",
-                     f"{p.gpt[Version.DTENSOR_SP]:.1e}"))
-    return plots.table(("", "module", "written out (f, g)", "DTensor TP", "DTensor TP + SP"), rows,
-                       title="Max |Δ| of outputs and gradients against the same module on one rank (fp32)")
 
 
 def findings(ledger: Ledger, res: LessonRuns) -> Findings:

@@ -1,6 +1,7 @@
 """Lesson 10, the picture of the split: one MLP on tp ranks, column- then row-parallel, each tensor drawn with the
-shape it has on a rank (from the lesson's model), and where f and g communicate; with sequence parallelism, the
-sequence-split regions and their all-gather and reduce-scatter. A panel steps tp and switches SP on and off."""
+shape it has on a rank (from the lesson's model), and where copy and reduce (Megatron's f and g) communicate; with
+sequence parallelism, the sequence-split regions and their all-gather and reduce-scatter. A panel steps tp and
+switches SP on and off."""
 
 import ipywidgets as W
 import plotly.graph_objects as go
@@ -29,9 +30,9 @@ def _comm(fig: go.Figure, x: float, y: float, text: str, hover: str) -> None:
 
 
 def figure(h: int, tokens: int, tp: int, sequence_parallel: bool) -> go.Figure:
-    """Rows: ranks 0 … tp−1. Left to right: the MLP's input, f, c_fc's column shard, the hidden units after GELU,
-    c_proj's row shard, the partial output, g, the output. Grey: whole on every rank; blue: a shard; orange: a
-    partial sum that g completes."""
+    """Rows: ranks 0 … tp−1. Left to right: the MLP's input, copy, c_fc's column shard, the hidden units after GELU,
+    c_proj's row shard, the partial output, reduce, the output. Grey: whole on every rank; blue: a shard; orange: a
+    partial sum that reduce completes."""
     fig = go.Figure()
     n = tokens // tp
     cols = [0, 1.1, 2.2, 3.4, 4.6, 5.8, 6.9, 8.0]
@@ -57,9 +58,9 @@ def figure(h: int, tokens: int, tp: int, sequence_parallel: bool) -> go.Figure:
         _comm(fig, cols[1], mid, "all-gather", "forward: gather every rank's tokens; backward: reduce-scatter")
         _comm(fig, cols[6], mid, "reduce-scatter", "forward: sum and keep this rank's tokens; backward: all-gather")
     else:
-        _comm(fig, cols[1], mid, "f: identity", "forward: nothing (the input is already on every rank); backward: "
-                                                "all-reduce of the input's gradient")
-        _comm(fig, cols[6], mid, "g: all-reduce", "forward: all-reduce of the partial outputs; backward: nothing")
+        _comm(fig, cols[1], mid, "copy: identity", "forward: nothing (the input is already on every rank); "
+                                                   "backward: all-reduce of the input's gradient")
+        _comm(fig, cols[6], mid, "reduce: all-reduce", "forward: all-reduce of the partial outputs; backward: nothing")
     for x in (cols[1], cols[6]):
         fig.add_shape(type="line", x0=x, x1=x, y0=0.5, y1=-(tp - 1) * 1.3 - 0.5, line=dict(color=COMM, dash="dot"),
                       layer="below")

@@ -160,19 +160,11 @@ def _one_step(model, X, Y):
 
 
 @dataclass(frozen=True)
-class ModuleCalls:
-    """The collectives one module issued ({torch's collective name: calls}), by phase."""
-    forward: dict[str, int]
-    backward: dict[str, int]
-
-
-@dataclass(frozen=True)
 class VersionComm:
     """One forward + backward of the whole GPT under one version: the collectives it called and what they sent."""
     calls: dict[str, int]              # torch's collective name -> calls
     input_bytes: dict[str, int]        # torch's collective name -> bytes of this rank's inputs (CollectiveCounter)
     wire: int | None                   # bytes over the loopback interface (None: no counter here, or NCCL)
-    per_module: dict[str, ModuleCalls]  # module's qualified name -> its collectives (DTensor's CommDebugMode)
 
 
 @dataclass(frozen=True)
@@ -205,11 +197,8 @@ def comm(job: Settings) -> CommResult:
         with counter, debug, WireBytes() as wire:
             _one_step(model, X, Y)
         calls = {str(k).split(".")[-1]: v for k, v in debug.get_comm_counts().items()}
-        per_module = {fqn: ModuleCalls(**{phase: {str(k).split(".")[-1]: n for k, n in d.get(phase, {}).items() if n}
-                                          for phase in ("forward", "backward")})
-                      for fqn, d in debug.comm_module_counts.items() if fqn != "Global"}
         versions[variant] = VersionComm(calls=calls or dict(counter.calls), input_bytes=dict(counter.bytes),
-                                        wire=wire.bytes, per_module=per_module)
+                                        wire=wire.bytes)
     M = job.batch_size * job.block_size * job.n_embd * 4
     # one collective of M bytes each, alone, on the wire: what gloo itself sends for it (the mean of WIRE_REPEATS:
     # a single 64 KB collective is small enough for other local traffic to move it by 15%, seen once in ~20 runs)

@@ -1,6 +1,7 @@
 """Lesson 10, your turn: split an MLP for tensor parallelism, checked two ways: each rank's shards are the ones the
 lab's ColumnParallelLinear / RowParallelLinear (and DTensor's ColwiseParallel / RowwiseParallel, Shard(0) and
-Shard(1)) hold, and the tp ranks' partial outputs add up to the unsplit MLP's output (the all-reduce g)."""
+Shard(1)) hold, and the tp ranks' partial outputs add up to the unsplit MLP's output (the all-reduce
+of Megatron's reduce, its g)."""
 
 import inspect
 
@@ -51,7 +52,7 @@ def check_shards(fn) -> Outcome:
                     return failed(case, f"your {part} shard (shape {shape}) is not the one rank {r} holds (shape "
                                         f"{tuple(e_.shape)})", HINT)
             W1, b1, W2 = got
-            partial_sum += F.gelu(x @ W1.T + b1) @ W2.T  # what rank r computes; g sums them
+            partial_sum += F.gelu(x @ W1.T + b1) @ W2.T  # what rank r computes; reduce sums them
         results.append({"case": name, "difference": difference(partial_sum + b_proj, full)})
     return outcome(results, tol=1e-5, what="your shards are the ones each rank holds, and the sum of their partial "
                    "outputs", reference="the unsplit MLP's output")
