@@ -23,6 +23,7 @@ import ast
 import copy
 import html
 import inspect
+import linecache
 import math
 import signal
 import textwrap
@@ -65,12 +66,20 @@ class Outcome:
 
 
 def is_stub(fn: Callable) -> bool:
-    """True while the function still raises NotImplementedError at its top level (the template as given)."""
+    """True while the function still raises NotImplementedError at its top level (the template as given); for a
+    class, while one of its methods does."""
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError):
+        tree = ast.parse(source_of(fn))
+    except (ValueError, SyntaxError):
         return False
-    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.FunctionDef) else []
+    top = tree.body[0] if tree.body else None
+    if isinstance(top, ast.ClassDef):
+        methods = [node for node in top.body if isinstance(node, ast.FunctionDef)]
+        return any(_raises_not_implemented(m.body) for m in methods)
+    return _raises_not_implemented(top.body if isinstance(top, ast.FunctionDef) else [])
+
+
+def _raises_not_implemented(body: list) -> bool:
     for node in body:
         if isinstance(node, ast.Raise) and node.exc is not None:
             exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
@@ -80,13 +89,34 @@ def is_stub(fn: Callable) -> bool:
 
 
 def source_of(fn: Callable) -> str:
-    """The source of a function defined with `def` (in a notebook cell too), to rebuild it in another process."""
+    """The source of a function defined with `def`, or of a class (in a notebook cell too), to rebuild it in another
+    process."""
     if fn.__name__ == "<lambda>":
         raise ValueError("write the exercise as a `def` function: a lambda's source cannot be sent to the ranks")
     try:
         return textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError) as e:
+        found = _class_source(fn) if inspect.isclass(fn) else ""
+        if found:
+            return found
         raise ValueError(f"the source of {fn.__name__} cannot be read ({e}): define it in a notebook cell") from e
+
+
+def _class_source(cls: type) -> str:
+    """A class's source from the cell its methods were compiled in (inspect cannot find a class defined in a
+    notebook cell: its module, __main__, has no file); "" where there is none."""
+    methods = [v for v in vars(cls).values() if inspect.isfunction(v)]
+    if not methods:
+        return ""
+    text = "".join(linecache.getlines(methods[0].__code__.co_filename))
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return ""
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == cls.__name__:
+            return textwrap.dedent(ast.get_source_segment(text, node, padded=True) or "") + "\n"
+    return ""
 
 
 def _source(fn: Callable) -> str:
@@ -162,8 +192,9 @@ def where_it_failed(error: BaseException, filename: str, source: str = "") -> st
     error = cause or error
     line, tb = None, error.__traceback__
     while tb is not None:
-        if tb.tb_frame.f_code.co_filename == filename:
-            line = tb.tb_lineno - tb.tb_frame.f_code.co_firstlineno + 1
+        if tb.tb_frame.f_code.co_filename == filename:  # a sent source counts from its first line (a class too)
+            first = 1 if filename.startswith("<your ") else tb.tb_frame.f_code.co_firstlineno
+            line = tb.tb_lineno - first + 1
         tb = tb.tb_next
     lines = source.splitlines()
     code = f": `{lines[line - 1].strip()}`" if line and 0 < line <= len(lines) else ""
