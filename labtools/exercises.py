@@ -393,6 +393,12 @@ def _where(got, expected, noun: str = "output") -> str:
         i = max(range(len(expected)), key=lambda k: difference(got[k], expected[k]))
         inner = _where(got[i], expected[i], "item")
         return inner if len(expected) == 1 else f"{noun} {i + 1} of {len(expected)}: {inner}"
+    if isinstance(got, torch.Tensor) and isinstance(expected, torch.Tensor) and got.shape == expected.shape \
+            and got.numel() > 6:  # too long to print: the entry that differs most, where it is
+        gap = (got.double() - expected.double()).abs().nan_to_num(nan=math.inf)
+        at = tuple(int(k) for k in torch.unravel_index(gap.argmax(), gap.shape))
+        return (f"in a tensor of shape {tuple(got.shape)}, entry {list(at)} differs most: expected "
+                f"{_short(expected[at].item())}, got {_short(got[at].item())}")
     return f"expected {_short(expected)}, got {_short(got)}"
 
 

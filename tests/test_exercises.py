@@ -605,3 +605,13 @@ def test_every_lessons_exercise_reports_an_unfilled_stub_as_not_written_and_runs
         out = checks[name.rsplit(".", 1)[1]](module, _stub_of(module))
         assert out.message == NOT_WRITTEN, f"{lesson}: {out.message}"
     assert not any(tmp_path.iterdir())  # the atomic-save check started no process and wrote nothing
+
+
+def test_a_failure_on_a_long_tensor_names_the_entry_that_differs_most():
+    def mine(x):
+        y = x.clone()
+        y[2, 1] += 5
+        return y
+
+    out = check(mine, lambda x: x.clone(), [Case("a 4 x 2 tensor", (torch.zeros(4, 2),))])
+    assert out.status == "fail" and "entry [2, 1] differs most: expected 0.0, got 5.0" in out.message, out.message
