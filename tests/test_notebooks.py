@@ -22,6 +22,8 @@ def test_there_are_notebooks():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_committed_notebook_is_clean(path):
+    ids = [cell.get("id") for cell in json.loads(path.read_text())["cells"]]  # as committed: nbformat would invent
+    assert all(ids) and len(set(ids)) == len(ids), "every cell needs its own id"
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
     # the metadata JupyterLab writes, the same in every notebook, so that a notebook opens without an unsaved change

@@ -76,7 +76,7 @@ def policies(n_layer: int) -> list[tuple[str, int]]:
 def label(policy: str, k: int, n_layer: int) -> str:
     if policy != "every_k":
         return policy
-    return f"every {k} blocks" + (" (√L)" if k == max(1, round(math.sqrt(n_layer))) else "")
+    return f"every {k} blocks" + (f" (√L, L = {n_layer})" if k == max(1, round(math.sqrt(n_layer))) else "")
 
 
 def build(S: Settings, n_layer: int, seq_len: int, policy: str = "none", k: int = 1, n_embd: int | None = None) -> GPT:

@@ -47,9 +47,10 @@ def findings(ledger: Ledger, S: Settings, pk: dict) -> Findings:
         f"| {label(p, kk, L)} | {v['saved'] / MiB:.2f} | {v['peak'] / MiB:.2f} |" for (p, kk), v in pk.items())
     keeps_less = s["saved"] < b["saved"]
     return Findings([
-        f"No: checkpointing every {k} blocks (√L) keeps {'less' if keeps_less else 'no more'} than checkpointing "
-        f"every block, yet the step peaks **{s['peak'] / b['peak']:.1f}×** higher, because backward recomputes a "
-        "whole segment at once. The peak is what must fit.",
+        f"No: checkpointing segments of $\\sqrt L \\approx {k}$ blocks (of $L = {L}$) keeps "
+        f"{'less' if keeps_less else 'no more'} than checkpointing every block, yet the step peaks "
+        f"**{s['peak'] / b['peak']:.1f}×** higher, because backward recomputes a whole segment at once. The peak is "
+        "what must fit.",
     ], [table, f"L = {L} blocks, everything but the parameters counted."])
 
 
@@ -76,7 +77,8 @@ def anatomy_figure(S: Settings, an: dict[str, dict]) -> go.Figure:
                                  name=ANATOMY_LABELS[kind], marker_color=plots.color(i), legendgroup=kind,
                                  showlegend=col == 1), row=1, col=col)
     fig.update_yaxes(title_text="MiB", row=1, col=1)
-    plots.style(fig, f"L = {max(S.layers)}: one AdamW step, what it holds at each moment (MemTracker)", height=450,
+    plots.style(fig, f"One AdamW step at L = {max(S.layers)}: where its peak sits, without and with checkpointing",
+                height=450,
                 barmode="stack")
     return fig.update_layout(margin=dict(t=100))  # room for the title above the two panels' own
 
@@ -84,8 +86,8 @@ def anatomy_figure(S: Settings, an: dict[str, dict]) -> go.Figure:
 def anatomy_findings(ledger: Ledger, pk: dict, an: dict[str, dict]) -> Findings:
     acts = {p: an[p]["after forward"]["activations"] for p in ANATOMY_POLICIES}
     off = max(abs(acts[p] / pk[(p, 1)]["saved"] - 1) for p in ANATOMY_POLICIES)
-    ledger.add("tracker_agrees", "Two instruments agree: the activations MemTracker sees after forward match the "
-               "tensors autograd saved (saved-tensor hooks, above), with and without checkpointing (worst relative "
+    ledger.add("tracker_agrees", "Two instruments agree: the activations PyTorch's memory tracker sees after forward "
+               "match the tensors autograd saved (counted above), with and without checkpointing (worst relative "
                "difference)", off, approx(0.0, abs=0.01), kind="measured")
     none, block = an["none"]["peak"], an["block"]["peak"]
     where = lambda pk: "in backward" if pk["grads"] > 0 else "at the end of forward"  # gradients exist only in backward
@@ -97,6 +99,6 @@ def anatomy_findings(ledger: Ledger, pk: dict, an: dict[str, dict]) -> Findings:
     return Findings([
         f"Without checkpointing the step peaks {where(none)}, holding every activation; with every block "
         f"checkpointed it peaks {where(block)}, where the gradients build up beside one recomputed block.",
-        f"The two instruments agree: MemTracker's activations after forward match the saved-tensor count within "
-        f"**{off:.1%}**.",
+        f"The two instruments agree: the memory tracker's activations after forward match the count of saved tensors "
+        f"within **{off:.1%}**.",
     ], [table])

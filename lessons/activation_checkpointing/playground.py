@@ -9,7 +9,7 @@ from labtools import plots
 from labtools.controls import slider
 from labtools.runcache import RunCache
 from labtools.widgets import Panel
-from lessons.activation_checkpointing import MiB, Settings, label, measure
+from lessons.activation_checkpointing import MiB, Settings, measure
 
 
 def memory_panel(S: Settings) -> Panel:
@@ -27,9 +27,10 @@ def memory_panel(S: Settings) -> Panel:
             go.Bar(x=["predicted", "measured"], y=[0, r["measured"] / MiB], name="measured (saved tensors)",
                    marker_color=plots.color(2)),
         ])
-        plots.style(fig, f"L={n_layer}, s={seq_len}, b={batch_size}, {label(policy, k, n_layer)}: predicted "
-                           f"{r['predicted'] / MiB:.2f} MiB, measured {r['measured'] / MiB:.2f} MiB", "", "MiB",
-                      barmode="stack")
+        same = r["predicted"] == r["measured"]
+        plots.style(fig, f"Saved activations: {r['measured'] / MiB:.2f} MiB measured, "
+                           + ("exactly as predicted" if same else f"{r['predicted'] / MiB:.2f} MiB predicted"), "",
+                    "MiB", barmode="stack")
         return fig
 
     controls = {

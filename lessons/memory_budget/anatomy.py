@@ -26,9 +26,8 @@ def figure(a: dict) -> go.Figure:
     for i, kind in enumerate(ANATOMY):
         fig.add_trace(go.Bar(x=list(MOMENTS), y=[a["moments"][m][kind] / 2**20 for m in MOMENTS],
                              name=ANATOMY_LABELS[kind], marker_color=plots.color(i)))
-    L, d, h, V, T, B = a["shape"]
-    return plots.style(fig, f"One AdamW step of a GPT (L = {L}, h = {d}, s = {T}, b = {B}), fp32: what it holds, "
-                            "measured", None, "MiB", height=420, barmode="stack")
+    return plots.style(fig, "One AdamW step of a small GPT in fp32: what it holds at each moment", None, "MiB",
+                       height=420, barmode="stack")
 
 
 def findings(ledger: Ledger, a: dict) -> Findings:
@@ -37,7 +36,8 @@ def findings(ledger: Ledger, a: dict) -> Findings:
     per_param = (states["params"] + states["grads"] + states["optimizer"]) / n
     acts = m["after forward"]["activations"]
     ledger.add("sixteen_bytes", "fp32 AdamW holds 4 + 4 + 8 = 16 bytes per parameter after its step (parameters, "
-               "gradients, Adam's two moments; MemTracker)", per_param, approx(16.0, rel=0.01), kind="measured")
+               "gradients, Adam's two moments; PyTorch's memory tracker)", per_param, approx(16.0, rel=0.01),
+               kind="measured")
     ledger.add("backward_frees", "Backward frees the activations it was kept for (after backward ÷ after forward)",
                m["after backward"]["activations"] / acts, at_most(0.01), kind="measured", detail=True)
     peak = m["peak"]
@@ -48,7 +48,8 @@ def findings(ledger: Ledger, a: dict) -> Findings:
         f"Activations come and go: backward frees them, and at the step's peak they are **{share:.0%}** of what this "
         "small model holds; at real sizes they can dominate.",
     ], [
-        f"Model states after the optimizer step: {per_param:.2f} bytes per parameter, {n:,} parameters.",
+        f"Model states after the optimizer step: {per_param:.2f} bytes per parameter.",
+        f"The model: $L = {a['shape'][0]}$ blocks of width $h = {a['shape'][1]}$, {n / 1e6:.1f} M parameters.",
         f"Activations: {acts / 2**20:.1f} MiB after forward, {m['after backward']['activations'] / 2**20:.2f} MiB "
         "after backward.",
     ])

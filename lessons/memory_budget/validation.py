@@ -58,13 +58,30 @@ def validate_activations(S: Settings) -> list[dict]:
 
 
 def figure(states: list[dict], acts: list[dict]) -> go.Figure:
-    rows = [(f"L{s[0]} C{s[1]} T{s[4]} B{s[5]}", r["optimizer"], f"{sum(r['measured'].values()):,}",
-             f"{sum(r['predicted'].values()):,}", "exact" if r["measured"] == r["predicted"] else "DIFFERS")
-            for r in states for s in [r["shape"]]]
-    rows += [(f"L{s[0]} C{s[1]} T{s[4]} B{s[5]}", "activations", f"{r['measured']:,}", f"{r['predicted']:,}",
-              f"{(r['predicted'] - r['measured']) / r['measured']:+.2%}") for r in acts for s in [r["shape"]]]
-    return plots.table(("model", "what", "measured bytes", "predicted bytes", "agreement"), rows,
-                       title="Prediction vs measurement on real models (fp32)")
+    """Measured against predicted bytes, one point per model and optimizer (model states) and per model
+    (activations): on the diagonal, the prediction is exact."""
+    MiB = 2**20
+    shape = lambda s: f"L = {s[0]}, h = {s[1]}, s = {s[4]}, b = {s[5]}"
+    groups = {}
+    for r in states:
+        groups.setdefault(f"model states, {r['optimizer']}", []).append(
+            (sum(r["predicted"].values()), sum(r["measured"].values()), shape(r["shape"])))
+    groups["activations"] = [(r["predicted"], r["measured"], shape(r["shape"])) for r in acts]
+    fig = go.Figure()
+    for i, (name, pts) in enumerate(groups.items()):
+        fig.add_trace(go.Scatter(x=[p / MiB for p, _, _ in pts], y=[m / MiB for _, m, _ in pts], mode="markers",
+                                 name=name, text=[t for _, _, t in pts], marker=dict(size=9, color=plots.color(i))))
+    every = [v / MiB for pts in groups.values() for p, m, _ in pts for v in (p, m)]
+    lo, hi = min(every) / 1.5, max(every) * 1.5
+    fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="measured = predicted",
+                             line=dict(color="gray", dash="dot")))
+    exact = all(p == m for pts in groups.values() for p, m, _ in pts)
+    plots.style(fig, "Small GPTs in fp32, measured against predicted: "
+                + ("every point on the line" if exact else "points off the line are misses"),
+                "predicted (MiB)", "measured (MiB)")
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(type="log")
+    return fig
 
 
 def findings(ledger: Ledger, states: list[dict], acts: list[dict]) -> Findings:

@@ -46,8 +46,10 @@ def figure(g: np.ndarray, log2_scale: float) -> go.Figure:
                             (math.log2(f.min_normal), "smallest normal 2⁻¹⁴", "orange"),
                             (math.log2(f.max), "max 65504", "red")):
         fig.add_vline(x=x, line=dict(color=color, dash="dash"), annotation_text=label, annotation_position="top")
-    plots.style(fig, f"log₂|g·S| with S = 2^{log2_scale:g}: {fr['flushed']:.2%} flushed to zero, "
-                       f"{fr['subnormal']:.1%} subnormal, {fr['overflow']:.2%} overflow", "log₂ |g · S|", "count")
+    over = f", {fr['overflow']:.2%} overflow" if fr["overflow"] else ""
+    lost = (f"{fr['flushed']:.2%} flush to zero in fp16{over}" if fr["flushed"] or fr["overflow"]
+            else "none flush to zero or overflow in fp16")
+    plots.style(fig, f"Gradients × S = 2^{log2_scale:g}: {lost}", "log₂ |g · S|", "count")
     fig.update_xaxes(range=[-50, 20])
     return fig
 
@@ -62,7 +64,7 @@ def findings(ledger: Ledger, grads: np.ndarray) -> Findings:
     fr0, fr16 = fp16_fractions(grads, 0), fp16_fractions(grads, 16)
     ledger.add("underflow", "Some real gradients flush to zero in fp16 (fraction of parameters' gradient entries)",
                fr0["flushed"], at_least(1e-4), kind="measured")
-    ledger.add("underflow_recovered", "Multiplied by S = 2¹⁶ before fp16 stores them, those gradients survive "
+    ledger.add("underflow_recovered", "Multiplied by S = 2¹⁶ before fp16 stores them, most of those gradients survive "
                "(flushed with S = 2¹⁶ ÷ without)",
                fr16["flushed"] / max(fr0["flushed"], 1e-12), at_most(0.2), kind="measured", detail=True)
     ledger.note("fp16_fractions", {"S=1": fr0, "S=2^16": fr16})
