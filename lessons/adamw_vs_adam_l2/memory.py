@@ -51,8 +51,8 @@ def figure(table: dict[str, dict]) -> go.Figure:
 def findings(ledger: Ledger, memory: dict[str, dict]) -> Findings:
     quoted = {name: row for name, row in memory.items() if name != "Adafactor"}
     measured = {name: row["torch"] if row["torch"] is not None else row["ours"] for name, row in quoted.items()}
-    ledger.add("mem_quoted", "SGD 0, SGD + momentum 4, Adam 8, AdamW 8 and Lion 4 bytes of state per parameter, as "
-               "quoted (worst |measured − quoted| bytes/param; torch.optim's, ours for Lion, which torch lacks)",
+    ledger.add("mem_quoted", "SGD, SGD + momentum, Adam, AdamW and Lion keep the quoted bytes of state per parameter "
+               "(worst |measured − quoted| bytes/param; torch.optim's, ours for Lion, which torch lacks)",
                max(abs(measured[n] - row["seeds"]) for n, row in quoted.items()), at_most(0.01),
                source="a commonly quoted table", kind="measured")
     a = memory["Adafactor"]

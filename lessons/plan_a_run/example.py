@@ -77,9 +77,8 @@ def ranked_figure(p: Plan, top: int = 8) -> go.Figure:
 
 
 def run_rows(run: RunPlan) -> list[tuple[str, str]]:
-    e = run.step
-    return [("layout", str(e.layout)), ("time per step", f"{e.step_s:.2f} s"),
-            ("steps", f"{run.steps:,}"), ("MFU", f"{e.mfu:.0%}"),
+    e = run.step  # its layout, step time and MFU are section 1's
+    return [("steps", f"{run.steps:,} of {e.step_s:.2f} s"),
             ("days without failures", f"{run.days:.1f}"),
             ("the job fails every", f"{run.job_mtbf_h:.1f} h"),
             ("save every (Young)", f"{run.interval_s / 60:.0f} min"),
@@ -110,14 +109,24 @@ def findings(ledger: Ledger, p: Plan) -> Findings:
                             "days_with_failures": run.days_with_failures, "cost": run.cost, "mfu": best.mfu})
     return Findings([
         f"Compute, plus whatever cannot hide behind it. The fastest layout that fits, `{best.layout}`, spends "
-        f"**{best.compute_s / best.step_s:.0%}** of its step computing; the runner-up loses time to {PART_LABELS[part]}.",
-        f"Too little model parallelism does not fit at all, and the whole run takes **{run.days_with_failures:.0f} "
-        "days**, failures included.",
+        f"**{best.compute_s / best.step_s:.0%}** of its step computing; the runner-up loses time to "
+        f"{PART_LABELS[part]}.",
+        "Too little model parallelism does not fit at all: each GPU would hold too much of the model.",
     ], [
-        f"`{best.layout}`: {best.step_s:.2f} s per step, {best.memory.total / GB:.0f} GB per GPU, {best.mfu:.0%} MFU "
-        "(predicted).",
+        f"`{best.layout}`: {best.step_s:.2f} s per step at {best.mfu:.0%} MFU (predicted).",
         f"The runner-up, `{second.layout}`: {second.step_s - best.step_s:.2f} s per step slower.",
-        f"{len(unfit)} of {len(p.ranked)} layouts do not fit 80 GB: each GPU would hold too much of the model.",
-        f"The run costs ${run.cost / 1e6:.1f} M (computed); {run.waste:.1%} of it is lost to failures, one every "
-        f"{run.job_mtbf_h:.0f} h.",
+        f"{len(unfit)} of {len(p.ranked)} layouts do not fit 80 GB.",
+    ])
+
+
+def run_findings(p: Plan) -> Findings:
+    """Section 2's answer: the whole run's days and cost, and what failures take."""
+    run = p.run
+    return Findings([
+        f"About **{run.days_with_failures:.0f} days**, failures included, for about **{run.cost / 1e6:.1f}** million "
+        "dollars of GPU time.",
+        f"Failures take **{run.waste:.1%}** of the run, though the job fails every **{run.job_mtbf_h:.0f} h**: "
+        "saving often keeps what each one loses small.",
+    ], [
+        f"A save every {run.interval_s / 60:.0f} minutes; without failures the run would take {run.days:.1f} days.",
     ])

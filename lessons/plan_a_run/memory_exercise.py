@@ -10,7 +10,7 @@ from labtools.shapes import MODELS
 
 
 def reference(n_params, layout, zero_stage):
-    """Bytes of model states per GPU: bf16 mixed-precision AdamW, `layout` a labtools.plan.Layout (dp, tp, pp, cp)."""
+    """Bytes of model states per GPU under bf16 mixed-precision AdamW; `layout` has .dp, .tp, .pp and .cp."""
     per_gpu = n_params / (layout.tp * layout.pp)   # tensor and pipeline parallelism split every state
     replicas = layout.dp * layout.cp               # ranks holding the same weights: ZeRO shards over them
     weights, grads, master_and_adam = 2 * per_gpu, 2 * per_gpu, 12 * per_gpu
@@ -45,7 +45,7 @@ def check_model_states(fn) -> Outcome:
     """Your function against labtools.plan.memory_per_gpu(...).model_states on five layouts (bytes, relative)."""
     cases = [Case(name, (MODELS[model].n_params, layout, zero), hint) for name, model, layout, zero, hint in CASES]
     return check(fn, planner_states, cases, tol=1e-9, relative=True, what="your model states per GPU",
-                 against="the planner's memory_per_gpu")
+                 against="the planner's memory per GPU")
 
 
 def solution_source() -> str:

@@ -9,7 +9,6 @@ from labtools.layout import Layout, check_layout
 from labtools.plan import CLUSTER_LABELS, CLUSTERS, GPU, rank_layouts, run_plan, step_time
 from labtools.shapes import MODELS
 from labtools.widgets import Panel
-from lessons.plan_a_run import GB
 from lessons.plan_a_run.example import EXAMPLE, figure
 
 CPS = (1, 2, 4, 8, 16, 32)
@@ -30,8 +29,7 @@ def draw(model: str, seq: int, gpus: int, batch: int, tokens_t: float, tp: int, 
             check_layout(shape, layout, gpus, gpu.gpus_per_node)
             chosen = step_time(shape, gpu, layout, batch, **kw)
             run = run_plan(shape, gpu, layout, batch, tokens_t * 1e12, **kw)
-            msg = (f"yours, {layout}: {chosen.step_s:.2f} s/step, {chosen.memory.total / GB:.0f} GB, "
-                   f"{run.days_with_failures:,.0f} days, ${run.cost / 1e6:,.1f} M"
+            msg = (f"yours, {layout}: {run.days_with_failures:,.0f} days, ${run.cost / 1e6:,.1f} M"
                    + ("" if chosen.fits else " — does not fit"))
         except ValueError as e:
             msg = f"yours: {e}"

@@ -163,22 +163,19 @@ def table(c: Predicted) -> go.Figure:
     for row, est in zip(LLAMA3.layouts, c.llama3[V].rows):
         layout = str(est.layout) + (f" (printed: dp {LLAMA3_LONG_DP_PRINTED})" if est.layout.cp > 1 else "")
         rows.append((f"Llama 3 405B, {row.name}: {layout}", f"{row.tflops:g}",
-                     planner(est.flops_per_gpu / 1e12, row, LLAMA3.layouts[0]),
-                     f"{est.step_s:.1f} s, bubble {est.bubble:.0%}", f"{est.memory.total / GB:.0f} GB"))
+                     planner(est.flops_per_gpu / 1e12, row, LLAMA3.layouts[0]), f"{est.bubble:.0%}",
+                     f"{est.memory.total / GB:.0f} GB"))
     for row, est in [*zip(MTNLG_RUN.layouts, c.a100.rows), (GPT3.layouts[0], c.gpt3)]:
         rows.append((f"{row.name}: {est.layout}", f"{row.tflops:g} (with recomputation)",
-                     planner(est.hardware_flops_per_gpu / 1e12, row, MTNLG_RUN.layouts[0]),
-                     f"{est.step_s:.1f} s, bubble {est.bubble:.0%}", f"{est.memory.total / GB:.0f} GB"))
+                     planner(est.hardware_flops_per_gpu / 1e12, row, MTNLG_RUN.layouts[0]), f"{est.bubble:.0%}",
+                     f"{est.memory.total / GB:.0f} GB"))
     ds, at = c.deepseek, DEEPSEEK_V3_LAYOUT
-    rows.append((f"DeepSeek-V3, {at.gpus:,} H800s: pp {at.pp} × ep {at.ep} × ZeRO-1 dp {at.gpus // at.pp}, an MoE",
-                 f"from its {DEEPSEEK_V3_RUN.gpu_hours / 1e6:.3f}M GPU-hours",
-                 f"{ds.flops_per_gpu / 1e12:.0f} implied ({ds.mfu_bf16:.0%} of bf16 peak)",
-                 f"{ds.days:.0f} days", f"{ds.memory / GB:.0f} GB (model states)"))
+    rows.append((f"DeepSeek-V3 on H800s: pp {at.pp} × ep {at.ep}, a mixture of experts", "implied by its GPU-hours",
+                 f"{ds.flops_per_gpu / 1e12:.0f}", "—", f"{ds.memory / GB:.0f} GB (model states)"))
     fig = plots.table(("published run and layout", "published TFLOP/s per GPU", "planner (computed)",
-                       "step (computed)", "memory per GPU"), rows, row_height=40,
-                      title=f"Predicted from one calibrated row: H100s calibrated on Llama 3's first row (v = {V}), "
-                            "A100s on MT-NLG's")
-    fig.data[0].columnwidth = [2.6, 1.3, 1.3, 1.2, 1]
+                       "bubble (computed)", "memory per GPU"), rows, row_height=40,
+                      title="Each GPU type calibrated on its first row; the other rows are predictions")
+    fig.data[0].columnwidth = [2.6, 1.3, 1.3, 1, 1]
     return fig
 
 
@@ -279,7 +276,6 @@ def findings(ledger: Ledger, c: Predicted) -> Findings:
         f"±{line.fixed_ci95_s:.0f} s (95%): three points cannot establish a fixed part.",
         f"At {longest.seq:,} tokens per sequence: Llama 3's layout with cp = 16 needs "
         f"{long.memory.total / GB:.0f} GB per GPU; the planner's fastest is `{best.layout}`.",
-        f"DeepSeek-V3's {DEEPSEEK_V3_RUN.gpu_hours / 1e6:.3f}M GPU-hours at {ds.per_token / 1e9:.0f} GFLOPs per token "
-        f"imply {ds.flops_per_gpu / 1e12:.0f} TFLOP/s per H800,",
-        f"{ds.mfu_bf16:.0%} of the bf16 peak (it multiplied in FP8).",
+        f"DeepSeek-V3's published GPU-hours imply {ds.flops_per_gpu / 1e12:.0f} TFLOP/s per H800, {ds.mfu_bf16:.0%} "
+        "of the bf16 peak (it multiplied in FP8).",
     ])
