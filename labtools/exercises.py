@@ -80,7 +80,12 @@ def is_stub(fn: Callable) -> bool:
 
 
 def _raises_not_implemented(body: list) -> bool:
+    """A `raise NotImplementedError` among these statements, or in the loops and branches among them (the
+    template's "your code here"), not in functions they define."""
     for node in body:
+        if isinstance(node, (ast.For, ast.While, ast.If, ast.With)):
+            if _raises_not_implemented(node.body) or _raises_not_implemented(getattr(node, "orelse", [])):
+                return True
         if isinstance(node, ast.Raise) and node.exc is not None:
             exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
             if getattr(exc, "id", "") == "NotImplementedError":
