@@ -1,7 +1,10 @@
-"""Device choice, seeding, and a short report of what this machine can do."""
+"""Device choice, and a short report of what this machine can do (folded with the run's settings at the top of
+every lesson: run_setup)."""
 
+import html
 import os
 import platform
+from dataclasses import dataclass, fields, is_dataclass
 
 import torch
 
@@ -29,7 +32,12 @@ def device_name(device: torch.device | str | None = None) -> str:
         return torch.cuda.get_device_name(dev)
     if dev.type == "mps":
         return "Apple MPS"
-    return platform.processor() or platform.machine() or "cpu"
+    try:  # Linux names the model; elsewhere the architecture will do
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        model = ""
+    return model or platform.processor() or platform.machine() or "cpu"
 
 
 def dtype_supported(dtype: torch.dtype, device: torch.device | str) -> bool:
@@ -62,3 +70,31 @@ def report(device: torch.device | str | None = None) -> dict:
     else:
         info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     return info
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """What a lesson's run was made with: its settings and this machine (report()), folded under one line."""
+    settings: object
+    machine: dict
+
+    def summary(self) -> str:
+        m = self.machine
+        threads = f", {m['cpu_threads']} thread{'s' * (m['cpu_threads'] != 1)}" if m["device"] == "cpu" else ""
+        return (f"This run: the <code>{html.escape(str(getattr(self.settings, 'profile', '?')))}</code> profile on "
+                f"{html.escape(m['device_name'])} ({html.escape(m['device'])}{threads})")
+
+    def _repr_html_(self) -> str:
+        rows = [(f.name, getattr(self.settings, f.name)) for f in fields(self.settings)] \
+            if is_dataclass(self.settings) else []
+        table = "".join(f"<tr><td><code>{html.escape(k)}</code></td><td>{html.escape(str(v))}</td></tr>"
+                        for k, v in rows + sorted(self.machine.items()))
+        return f"<details><summary>{self.summary()}</summary><table>{table}</table></details>"
+
+    def __str__(self) -> str:
+        return f"{self.settings}\n{self.machine}"
+
+
+def run_setup(settings) -> RunSetup:
+    """The settings a lesson runs with and this machine's report, for the top of every lesson (folded)."""
+    return RunSetup(settings, report())

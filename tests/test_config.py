@@ -90,3 +90,13 @@ def test_findings_are_bullets_a_notebook_can_display_as_markdown():
     assert folded.statements == ("the answer",) and len(folded.details) == 2
     assert str(folded) == ("- the answer\n\n<details><summary>Numbers</summary>\n\n- a number: **4**\n\n"
                            "| a | b |\n|---|---|\n| 1 | 2 |\n\n</details>")
+
+
+def test_the_run_setup_folds_every_setting_and_the_machine_under_one_line():
+    from labtools.device import run_setup
+    from lessons import training_loop
+
+    S = training_loop.settings("smoke", steps=123)
+    box = run_setup(S)._repr_html_()
+    assert box.startswith("<details><summary>This run: the <code>smoke</code> profile")
+    assert "<td><code>steps</code></td><td>123</td>" in box and "<td><code>torch</code></td>" in box
