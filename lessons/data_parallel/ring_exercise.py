@@ -1,4 +1,5 @@
-"""Lesson 07, your turn: write the ring all-reduce and run it on real ranks, checked against dist.all_reduce."""
+"""Lesson 07, your turn: write the ring all-reduce and run it on real ranks, checked against dist.all_reduce; then
+DDP trains the lesson's model with it as its all-reduce (a communication hook), every bucket compared as it goes."""
 
 import dataclasses
 import inspect
@@ -36,7 +37,7 @@ def check(fn, S: Settings) -> Outcome:
     dist.all_reduce; on success, say how many bytes it sent per rank beside 2(N − 1)/N · M."""
     if is_stub(fn):
         return Outcome("not written", NOT_WRITTEN)
-    job = RingExercise(source=source_of(fn), name=fn.__name__)
+    job = RingExercise(source=source_of(fn), name=fn.__name__, settings=S)
     sent = []
     for world in S.exercise_worlds:
         try:
@@ -62,11 +63,23 @@ def check(fn, S: Settings) -> Outcome:
             return Outcome("fail", f"case {c.case!r}: the sum is right, but a rank sent {c.sent:,} bytes where a ring "
                                    f"all-reduce sends {c.ring_sent:,} — hint: each of the 2(n − 1) steps passes one "
                                    "chunk of about M/n to the neighbour, not the whole tensor")
+        ddp_error = next((c for r in res for c in r.cases if c.case == "DDP with your ring" and c.error), None)
+        if ddp_error:
+            return Outcome("fail", f"your ring passed every tensor, but inside DDP on {world} ranks: {ddp_error.error}")
+        gap = max(r.ddp_difference for r in res)
+        if not gap <= 1e-6:
+            return Outcome("fail", f"inside DDP on {world} ranks your ring's sums differ from dist.all_reduce's by a "
+                                   f"relative {gap:.1e} — hint: DDP's buckets are long, flat tensors: check sizes "
+                                   "that do not divide by the number of ranks")
+        trained = (world, res[0].ddp_losses)
         sent += [(world, per_case[0].sent, per_case[0].bytes)]
     bytes_note = "; ".join(f"N = {n}: {b:,} bytes sent per rank for {m:,} (2(N−1)/N · M = "
                            f"{collective_bytes('all_reduce', m, n):,.0f})" for n, b, m in sent)
+    world, losses = trained
     return Outcome("pass", f"your ring matches dist.all_reduce on {len(S.exercise_worlds)} launch(es) × "
-                           f"{len(job.sizes)} tensor sizes ({bytes_note})", 0.0)
+                           f"{len(job.sizes)} tensor sizes ({bytes_note}); then DDP trained the lesson's model on "
+                           f"{world} ranks with your ring as its all-reduce, the loss going from {losses[0]:.3f} to "
+                           f"{losses[-1]:.3f} in {len(losses)} steps", 0.0)
 
 
 def _where(where: dict[int, tuple[str, int]], source: str) -> str:

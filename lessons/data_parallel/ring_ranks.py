@@ -15,6 +15,7 @@ from labtools.exercises import LEARNER_ERRORS, TookTooLong, bound_for, load_func
 from labtools.keys import Key
 from labtools.parallel.comm import ring_all_reduce, ring_steps
 from labtools.parallel.toolkit import rank, world_size
+from lessons.data_parallel import Settings
 
 # --- your ring, on real ranks (the exercise of section 2) -----------------------------------------------------
 
@@ -22,10 +23,13 @@ from labtools.parallel.toolkit import rank, world_size
 
 @dataclass(frozen=True)
 class RingExercise:
-    """A learner's ring all-reduce, sent as source, and the tensor sizes to try it on (uneven and tiny ones too)."""
+    """A learner's ring all-reduce, sent as source, the tensor sizes to try it on (uneven and tiny ones too), and
+    the lesson's settings: once the ring is right, DDP trains the lesson's model with it (ddp_steps steps)."""
     source: str = ""
     name: str = "my_ring_all_reduce"
     sizes: tuple[int, ...] = (12, 7, 2)
+    settings: Settings | None = None
+    ddp_steps: int = 3
 
 
 @dataclass(frozen=True)
@@ -43,8 +47,11 @@ class RingCase:
 
 @dataclass(frozen=True)
 class RingExerciseResult:
-    """One rank's cases, in order; the first that raised is the last."""
+    """One rank's cases, in order; the first that raised is the last. Then DDP with the learner's ring as its
+    all-reduce: its buckets' largest difference from dist.all_reduce's mean, and the global loss per step."""
     cases: list[RingCase]
+    ddp_difference: float | None = None
+    ddp_losses: list[float] | None = None
 
 
 COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
@@ -150,7 +157,60 @@ def ring_exercise(job: RingExercise) -> RingExerciseResult:
             break  # the peers may now wait for this rank: their own bound, or the collective timeout, ends them
         diff = (x - want).abs().max().item() if size else 0.0
         cases.append(replace(case, difference=diff, sent=sent, hint=_ring_hint(x, want, n) if diff else ""))
-    return RingExerciseResult(cases)
+    if job.settings is None or any(c.error or c.difference > 1e-6 for c in cases):
+        return RingExerciseResult(cases)
+
+    def your_ring(x: torch.Tensor):
+        nonlocal deadline
+        start = time.perf_counter()
+        ring_all_reduce(x.clone())
+        bound = bound_for(time.perf_counter() - start)
+        deadline = time.monotonic() + bound
+        with guard, time_bound(bound):
+            fn(x, exchange)
+
+    try:
+        gap, losses = ddp_with(your_ring, job.settings, job.ddp_steps)
+    except LEARNER_ERRORS as e:
+        error = where_it_failed(e, f"<your {job.name}>", job.source)
+        return RingExerciseResult(cases + [RingCase("DDP with your ring", error=f"rank {r}: {error}",
+                                                    waiting="exchange()" in str(e))])
+    return RingExerciseResult(cases, ddp_difference=gap, ddp_losses=losses)
+
+
+def ddp_with(ring, S, steps: int) -> tuple[float, list[float]]:
+    """DDP on the lesson's model for `steps` AdamW steps, every bucket all-reduced by ring(x) (in place) instead of
+    gloo's all-reduce: the largest difference of a bucket's mean from dist.all_reduce's on the same numbers, and the
+    global loss per step."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from labtools.config import build_gpt, global_batch
+    from labtools.parallel.toolkit import mean_over_ranks, rank_rows
+    n, gap = world_size(), [0.0]
+
+    def hook(state, bucket):
+        buf = bucket.buffer()
+        want = buf.clone()
+        dist.all_reduce(want)
+        ring(buf)
+        gap[0] = max(gap[0], (buf - want).abs().max().item() / max(want.abs().max().item(), 1e-12))
+        buf.div_(n)
+        done = torch.futures.Future()
+        done.set_result(buf)
+        return done
+
+    model = DDP(build_gpt(S))
+    model.register_comm_hook(None, hook)
+    opt = torch.optim.AdamW(model.parameters(), lr=S.lr)
+    g, losses = torch.Generator().manual_seed(S.seed + 1), []
+    for _ in range(steps):
+        X, Y = global_batch(S, g, n * S.batch_size)
+        loss = model(rank_rows(X), rank_rows(Y))[1]
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(mean_over_ranks(loss.item()))
+    return gap[0], losses
 
 
 # --- the collectives primer: each collective's "after", from real ranks ------------------------------------------
