@@ -47,19 +47,22 @@ def flop_counts(S: Settings) -> list[dict]:
     return rows
 
 
+LABELS = {Convention.MATMUL: "the weights that multiply", Convention.ALL_PARAMETERS: "every parameter",
+          Convention.NO_TOKEN_EMBEDDING: "all but the token embedding"}
+
+
 def table(rows: list[dict]) -> go.Figure:
     names = list(rows[0]["formulas"])
-    header = (["model (L, h, a, s)", "parameters", "counted (FlopCounterMode)", "counted, default attention kernel"]
-              + [f"6P + 12Lsh, P = {n.label}" for n in names])
-    body = [[f"{r['shape']}", f"{r['n_params']:,}", f"{r['train']:,.0f}", f"{r['train_fused']:,.0f}"]
-            + [f"{r['formulas'][n]:,.0f} ({r['formulas'][n] / r['train'] - 1:+.1%})" for n in names] for r in rows]
-    return plots.table(header, body, title="Training FLOPs per token: counted vs three conventions")
+    header = ["model (L, h, a, s)", "counted FLOPs per token"] + [f"6P + 12Lsh, P = {LABELS[n]}" for n in names]
+    body = [[f"{r['shape']}", f"{r['train']:,.0f}"] + [f"{r['formulas'][n] / r['train'] - 1:+.1%}" for n in names]
+            for r in rows]
+    return plots.table(header, body, title="Only the weights that multiply activations give the counted FLOPs")
 
 
 def findings(ledger: Ledger, rows: list[dict]) -> Findings:
     exact = max(abs(r["formulas"][Convention.MATMUL] / r["train"] - 1) for r in rows)
     ledger.add("flops_formula", f"6P + 12Lsh with P = the matrix weights (tied head counted once) equals "
-               f"FlopCounterMode's count of a training step, {len(rows)} shapes (largest relative difference)", exact,
+               f"PyTorch's FLOP counter's count of a training step, {len(rows)} shapes (largest relative difference)", exact,
                at_most(1e-9), kind="counted")
     ratio = [r["train"] / r["forward"] for r in rows]
     ledger.add("backward_2x", "Backward costs twice the forward (|train ÷ forward FLOPs − 3|, every shape)",
@@ -76,7 +79,6 @@ def findings(ledger: Ledger, rows: list[dict]) -> Findings:
                                                  for r, i in zip(rows, idle)))
     ledger.note("torchtitan_gap_minus_6_idle_head", max(abs(r["formulas"][Convention.NO_TOKEN_EMBEDDING] - r["train"]
                                                             - 6 * (i - h)) for r, i, h in zip(rows, idle, head)))
-    big = rows[-1]
     attention = [12 * r["shape"][0] * r["shape"][3] * r["shape"][1] for r in rows]
     missing = [r["train"] - r["train_fused"] for r in rows]
     on_cpu = pick_device().type == "cpu"  # no FLOP formula for the CPU's fused kernel; CUDA's kernels have one
@@ -96,15 +98,13 @@ def findings(ledger: Ledger, rows: list[dict]) -> Findings:
         f"The usual conventions for $P$ count other parameters and miss by a few percent: even at billions, Llama 3 "
         f"8B's token embedding is **{emb / 8.03e9:.1%}** of its parameters.",
     ], [
-        f"The counter's count for the shape `{big['shape']}` (L, h, a, s): {big['train']:,.0f} FLOPs per token, the "
-        f"forward alone {big['forward']:,.0f}.",
-        f"Counting every parameter (picotron) misses by {fmt_range(over)}: the position embedding, biases and "
-        "LayerNorms do no products.",
-        f"Dropping the token embedding (torchtitan) misses by {fmt_range(under)}: here it *is* the tied output head, "
-        "which does a product.",
-        ("With the default attention kernel the counter saw none of attention here: it has no FLOP formula for the "
-         "CPU's fused kernel." if unseen else "With the default attention kernel the counter saw attention too: this "
-         "device's kernel has a FLOP formula."),
+        f"Counting every parameter misses by {fmt_range(over)}: the position embedding, biases and LayerNorms do no "
+        "products.",
+        f"Dropping the token embedding misses by {fmt_range(under)}: here it *is* the tied output head, which does a "
+        "product.",
+        ("With attention's default kernel the counter saw none of attention here: it has no FLOP formula for the "
+         "CPU's fused kernel, so the counts above use the written-out attention." if unseen else "With attention's "
+         "default kernel the counter saw attention too: this device's kernel has a FLOP formula."),
     ])
 
 

@@ -33,7 +33,7 @@ def check_flops(fn, counts: list[dict]) -> Outcome:
         off = abs(got / r["train"] - 1)
         hint = f"{HINT} (you said {got:,.0f}, the counter {r['train']:,.0f})" if off > 1e-9 else HINT
         results.append({"case": name, "difference": off, "hint": hint})
-    return outcome(results, tol=1e-9, what="your FLOPs per token", reference="FlopCounterMode's count",
+    return outcome(results, tol=1e-9, what="your FLOPs per token", reference="the counter's count",
                    relative=True)
 
 

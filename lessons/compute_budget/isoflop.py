@@ -127,9 +127,9 @@ def findings(ledger: Ledger, S: Settings, runs: list[dict], fits: dict[float, di
                   "so this sweep cannot say how the best size moves with compute. The `cpu` profile's larger "
                   "budgets can."]
     elif all(edge(b).startswith("smallest") for b in fits):
-        answer = ["At budgets this small, the smallest model tried: a bigger one cannot see enough tokens. The "
-                  "minimum lies below the sizes tried, so this sweep cannot place it; the `cpu` profile's larger "
-                  "budgets find it inside the sizes tried, growing with the budget."]
+        answer = ["At budgets this small, the smallest model tried won: a bigger one cannot see enough tokens.",
+                  "The best size lies below the sizes tried, so this sweep cannot say how it moves with the budget; "
+                  "the `cpu` profile's larger budgets can."]
     else:
         answer = ["No budget had its best size inside the sizes tried, so this sweep cannot place the optimum; the "
                   "`cpu` profile sweeps larger budgets."]

@@ -61,7 +61,7 @@ def published_findings(ledger: Ledger, rows: dict[PublishedRun, Recomputed]) -> 
     ledger.add("gpt3_flops", "GPT-3 175B on 300B tokens: 6·P·D = the published 3.14e23 FLOPs (computed ÷ published)",
                g.flops_ratio, approx(1, rel=0.02), source=g.run.source, kind="computed")
     ledger.add("gpt3_days", "GPT-3 175B on 1,024 A100s at 140 teraFLOP/s each: Narayanan et al.'s about 34 days "
-               "(their 8·D·P/(N·X), computed)",
+               "(their 8PD ÷ the cluster's FLOP/s, computed)",
                g.days, approx(34, rel=0.02), source="Narayanan et al. 2021", kind="computed")
     # 6PD at HFU × 6/8 is 8PD at HFU, algebraically: a note, not a claim that could fail
     ledger.note("gpt3_days_at_implied_mfu", {"mfu": g.mfu, "days": g.days_at_mfu})
@@ -76,10 +76,10 @@ def published_findings(ledger: Ledger, rows: dict[PublishedRun, Recomputed]) -> 
         f"{g.run.flops:.3g}).",
         f"Llama 3 405B: $6 \\times 405 \\cdot 10^9 \\times 15.6 \\cdot 10^{{12}}$ = {ll.flops:.3g} FLOPs (published "
         f"{ll.run.flops:.2g}).",
-        "Their formula, $8DP/(NX)$ on $N$ = 1,024 GPUs at $X$ = 140 teraFLOP/s each (they write T for the tokens and n "
-        "for the GPUs), counts 8 FLOPs per parameter per token: the forward runs twice with recomputation.",
-        f"So of the A100's 312 teraFLOP/s, 140 is {g.hfu:.1%} *hardware* utilisation;",
-        f"counting 6 of those 8 FLOPs, {g.mfu:.1%} *model* utilisation.",
+        "Their formula divides $8PD$ by the cluster's FLOP/s, 1,024 GPUs at 140 teraFLOP/s each: 8 FLOPs per "
+        "parameter per token, since with recomputation the forward runs twice.",
+        f"140 teraFLOP/s is {g.hfu:.0%} of the A100's peak: the *hardware* utilisation, recomputation included.",
+        f"Without the recomputed forward, 6 of those 8 FLOPs: {g.mfu:.0%} *model* utilisation.",
     ])
 
 
@@ -98,9 +98,8 @@ def calculator_figure(n_params_b: float, tokens_b: float, gpus: int, gpu: GPU, m
                                line=dict(color=plots.color(0))))
     fig.add_trace(go.Scatter(x=[gpus], y=[seconds / 86400], mode="markers", marker=dict(size=14, color=plots.color(1)),
                              name=f"{gpus:,} GPUs"))
-    plots.style(fig, title=f"{flops:.3g} FLOPs → {seconds / 86400:,.1f} days on {gpus:,} GPUs at {mfu:.0%} MFU<br>"
-                f"{cost / 1e6:,.2f} million USD at {dollars_per_gpu_hour:g} USD/GPU-hour", xaxis="GPUs", yaxis="days",
-                height=400)
+    plots.style(fig, title=f"{flops:.3g} FLOPs: {seconds / 86400:,.1f} days, {cost / 1e6:,.2f} million USD<br>"
+                "<sup>at the GPUs, MFU and price you chose; twice the GPUs, half the days</sup>", xaxis="GPUs", yaxis="days", height=400)
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
     return fig

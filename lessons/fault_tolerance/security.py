@@ -29,7 +29,7 @@ def findings(ledger: Ledger, sec: dict) -> Findings:
     ok, msg = sec["weights_only"]
     ledger.add("weights_only", "torch.load(weights_only=True) refuses a checkpoint whose pickle would call a "
                "function (measured)", not ok, is_true(), kind="measured")
-    first = msg.split(". ")[0].rstrip(".")
-    return Findings([f"Only as data: `torch.load(path, weights_only=True)` refused the file (**{first}**) before its "
-                     "call could run." if not ok else
-                     "Not here: `torch.load(path, weights_only=True)` loaded the file, call and all."])
+    error = msg.split("; ")[-1].split(":")[0]  # the exception's type: its text is torch's internals
+    return Findings([f"Only as data: `torch.load(path, weights_only=True)` refused the file with an `{error}` before "
+                     "its call could run: a weights-only load calls no function a pickle names."
+                     if not ok else "Not here: `torch.load(path, weights_only=True)` loaded the file, call and all."])

@@ -107,15 +107,27 @@ def findings(ledger: Ledger, a: dict, S: Settings) -> Findings:
                "bytes (ratio)", saved_ratio, at_least(4), kind="counted")
     ledger.add("fused_faster", f"At s = {T} the fused kernel is faster: written-out ÷ fused time for a forward and "
                "backward (best of alternating rounds)", ratio, at_least(1.5), kind="measured")
-    h, hd = S.attn_heads, S.attn_head_dim
     return Findings([
         "Written out, attention keeps its s × s weights for backward, so its memory grows as s². The fused kernel "
         "keeps its output and one number per row, so it grows as s, and recomputes the weights in backward.",
         f"At the longest sequence the fused kernel kept **{saved_ratio:.0f}×** fewer bytes, and was also "
         f"**{ratio:.1f}×** faster here.",
     ], [
-        f"Written out: saved bytes grow as s^{a['written out']['slope']:.2f}, the weights ({h} heads × s² × 4 bytes) "
-        "and the mask dominating.",
-        f"Fused: as s^{a['fused']['slope']:.2f}, its output ({h} × s × {hd} numbers) and a log-sum-exp per row.",
-        f"The longest sequence: s = {T}. The fused kernel on this machine: `{', '.join(a['kernel'])}`.",
+        f"Written out, the saved bytes grew as s^{a['written out']['slope']:.2f}: the weights, an s × s matrix per "
+        "head, and the mask dominate.",
+        f"Fused, as s^{a['fused']['slope']:.2f}: its output, one row per position, and a log-sum-exp per row.",
+        f"The longest sequence: s = {T}. The fused kernel that ran here: {kernel_words(a['kernel'])}.",
     ])
+
+
+def kernel_words(names: list[str]) -> str:
+    """The fused kernel PyTorch dispatched to, in words (its aten names are internals)."""
+    n = " ".join(names)
+    where = " for CPUs" if "for_cpu" in n else ""
+    if "flash" in n:
+        return f"PyTorch's flash-style kernel{where}"
+    if "efficient" in n:
+        return "PyTorch's memory-efficient kernel"
+    if "cudnn" in n:
+        return "cuDNN's attention kernel"
+    return "none: the call fell back to the written-out math" if not names else "one of PyTorch's fused kernels"

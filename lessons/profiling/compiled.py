@@ -48,7 +48,8 @@ def run(S: Settings) -> dict:
         out = compiled(*args)
         sync()
     except Exception as e:  # noqa: BLE001 - the lesson goes on without this section, saying why
-        return {"skipped": f"torch.compile failed here: {type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+        return {"skipped": f"torch.compile failed here (a {type(e).__name__}; on a CPU the usual cause is a missing "
+                           "C++ compiler)", "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
     compile_s = time.perf_counter() - t0
     per_call = {"eager": [], "compiled": []}
     fns = {"eager": chain, "compiled": compiled}
@@ -87,6 +88,7 @@ def show(c: dict) -> None:
 
 def findings(ledger: Ledger, c: dict) -> Findings:
     if "skipped" in c:
+        ledger.note("compile_error", c.get("error"))
         return Findings([f"**Section skipped**: {c['skipped']}. The rest of the lesson does not depend on it."])
     eager, comp = (statistics.median(c["per_call"][k]) for k in ("eager", "compiled"))
     speedup = eager / comp
