@@ -45,7 +45,9 @@ def wait_gone(root: Path, seconds: float = 10.0) -> list[str]:
 
 @pytest.fixture(autouse=True)
 def no_orphans(session_run_root):
-    assert processes_under(session_run_root) == []
+    # a launch returns once every result is in, and its processes exit in the background: an earlier test's may
+    # still be on their way out (the lessons' tests that launch run just before this file)
+    assert wait_gone(session_run_root) == [], "an earlier launch left processes behind"
     yield
     assert wait_gone(session_run_root) == [], "a launch left processes behind"
     deadline = time.monotonic() + 5  # a successful launch removes its directory once its processes exited

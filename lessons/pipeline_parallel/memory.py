@@ -24,7 +24,7 @@ def figure(results: dict[int, DepthRun], m: int) -> go.Figure:
                                      marker=dict(color="black", symbol="line-ew-open", size=30, line=dict(width=3)),
                                      showlegend=col == 1 and i == 0), row=1, col=col)
     fig.update_yaxes(title_text="peak saved activations ÷ one micro-batch's", row=1, col=1)
-    fig.update_layout(title="Activations held: GPipe all m micro-batches on every rank, 1F1B fewer down the pipeline")
+    fig.update_layout(title="GPipe holds all m micro-batches on every rank; 1F1B fewer")
     fig.update_layout(barmode="group")
     return fig
 
