@@ -34,7 +34,7 @@ class DistInfo:
 
 class RunTimedOut(TimeoutError):
     """A launch ran past its time bound and was stopped. `.where[r]` is the last line rank r was on in a file whose
-    name starts with `<your` (a learner's function: labtools.exercises.load_function compiles it so), as
+    name starts with `<your` (a learner's function: labtools.learner.load_function compiles it so), as
     (file name, line number), where its stack showed one."""
 
     def __init__(self, message: str, where: dict[int, tuple[str, int]], seconds: float):

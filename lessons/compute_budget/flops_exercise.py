@@ -3,7 +3,8 @@ counted for a real training step of each shape in section 1."""
 
 import inspect
 
-from labtools.exercises import NOT_WRITTEN, Outcome, attempt, failed, is_stub, outcome
+from labtools.exercises import NOT_WRITTEN, Outcome, attempt, failed, outcome
+from labtools.learner import is_stub
 
 HINT = ("four parts: 6 FLOPs per matrix weight per token (2 forward, 4 backward); 12·h² matrix weights per block "
         "(q, k, v and the output projection 4h², the MLP 8h²); the head, tied to the embedding, V·h weights that "

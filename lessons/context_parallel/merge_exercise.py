@@ -8,7 +8,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from labtools.exercises import Outcome, attempt, failed, outcome, source_of
+from labtools.exercises import Outcome, attempt, failed, outcome
+from labtools.learner import source_of
 from labtools.parallel.context import merge
 
 HINT = ("each partial output is an average weighted by exp(score − lse) over its own keys; the total exp-sum is "

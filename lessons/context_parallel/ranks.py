@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from labtools.exercises import LEARNER_ERRORS, bound_for, load_function, time_bound, where_it_failed
+from labtools.learner import LEARNER_ERRORS, bound_for, load_function, time_bound, where_it_failed
 from labtools.memory import saved_activations
 from labtools.parallel.comm import WireBytes
 from labtools.parallel.context import (LAYOUTS, SeqLayout, attend, block_attention, merge, pieces, positions,

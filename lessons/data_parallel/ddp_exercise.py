@@ -14,8 +14,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from labtools.config import build_gpt, global_batch
-from labtools.exercises import (LEARNER_ERRORS, NOT_WRITTEN, Outcome, bound_for, failed, is_stub, load_function,
-                                source_of, time_bound, where_it_failed)
+from labtools.exercises import NOT_WRITTEN, Outcome, failed
+from labtools.learner import LEARNER_ERRORS, bound_for, is_stub, load_function, source_of, time_bound, where_it_failed
 from labtools.parallel import RankFailed, RunTimedOut, launch
 from labtools.parallel.comm import DDPCommCounter
 from labtools.parallel.toolkit import rank, world_size

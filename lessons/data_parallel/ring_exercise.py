@@ -6,7 +6,8 @@ import inspect
 import re
 
 
-from labtools.exercises import NOT_WRITTEN, Outcome, is_stub, outcome, source_of
+from labtools.exercises import NOT_WRITTEN, Outcome, outcome
+from labtools.learner import is_stub, source_of
 from labtools.layout import collective_bytes
 from labtools.parallel import RankFailed, RunTimedOut, launch
 from lessons.data_parallel import Settings, ring_ranks

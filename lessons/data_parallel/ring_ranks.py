@@ -11,7 +11,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from labtools.exercises import LEARNER_ERRORS, TookTooLong, bound_for, load_function, time_bound, where_it_failed
+from labtools.learner import LEARNER_ERRORS, TookTooLong, bound_for, load_function, time_bound, where_it_failed
 from labtools.keys import Key
 from labtools.parallel.comm import ring_all_reduce, ring_steps
 from labtools.parallel.toolkit import rank, world_size

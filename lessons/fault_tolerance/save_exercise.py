@@ -1,7 +1,7 @@
 """Lesson 11, your turn: an atomic save, checked by SIGKILLing a process that runs it over and over and reading
 what the kill left behind: the file must always hold one whole version, the old one or the new one.
 
-The learner's function is sent to the saving child as source (labtools.exercises.source_of) and rebuilt there."""
+The learner's function is sent to the saving child as source (labtools.learner.source_of) and rebuilt there."""
 
 import inspect
 import os
@@ -12,8 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from labtools.exercises import (NOT_WRITTEN, Outcome, attempt, bound_for, failed, is_stub, load_function, outcome,
-                                source_of)
+from labtools.exercises import NOT_WRITTEN, Outcome, attempt, failed, outcome
+from labtools.learner import bound_for, is_stub, load_function, source_of
 
 HEADER = 16  # bytes: b"v" + the version number, zero-padded; the rest of a version is its number's byte, repeated
 HINT = ("write the bytes to a temporary file in the same directory, flush and fsync it, then os.replace it over the "

@@ -3,7 +3,8 @@ torch's ZeroRedundancyOptimizer really made on this lesson's ranks (section 1's 
 
 import inspect
 
-from labtools.exercises import BOUND_FLOOR_S, Outcome, attempt, failed, outcome, time_bound
+from labtools.exercises import Outcome, attempt, failed, outcome
+from labtools.learner import BOUND_FLOOR_S, time_bound
 from lessons.fsdp_zero import Strategy
 from lessons.fsdp_zero.ranks import ShardingResult
 

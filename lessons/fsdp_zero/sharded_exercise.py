@@ -14,8 +14,8 @@ import torch
 import torch.distributed as dist
 
 from labtools.config import build_gpt
-from labtools.exercises import (LEARNER_ERRORS, NOT_WRITTEN, Outcome, bound_for, failed, is_stub, load_function,
-                                source_of, time_bound, where_it_failed)
+from labtools.exercises import NOT_WRITTEN, Outcome, failed
+from labtools.learner import LEARNER_ERRORS, bound_for, is_stub, load_function, source_of, time_bound, where_it_failed
 from labtools.parallel import RankFailed, RunTimedOut, launch
 from labtools.parallel.toolkit import rank, world_size
 from lessons.fsdp_zero import Settings
