@@ -31,7 +31,7 @@ def figure(acc: list[AccumulationResult], G: int) -> go.Figure:
 def buckets_figure(acc: list[AccumulationResult]) -> go.Figure:
     b = acc[0].buckets
     return plots.bars([f"{c.cap_mb} MB" for c in b], {"buckets all-reduced per step": [c.buckets for c in b]},
-                      title=f"DDP buckets vs bucket_cap_mb (gradients: {acc[0].grad_bytes / 2**20:.2f} MiB)",
+                      title="Smaller buckets, more all-reduces per step",
                       yaxis="buckets")
 
 

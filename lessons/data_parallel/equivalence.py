@@ -49,10 +49,10 @@ def table(eq: dict[int, Compared]) -> go.Figure:
 def figure(eq: dict[int, Compared]) -> go.Figure:
     fig = go.Figure()
     for i, (world, e) in enumerate(eq.items()):
-        fig.add_trace(go.Scatter(y=e.single_losses, mode="lines", name=f"one process, batch {world}·B",
+        fig.add_trace(go.Scatter(y=e.single_losses, mode="lines", name=f"one process, batch {world}·b",
                                  line=dict(color=plots.color(i), width=4), opacity=0.35))
         fig.add_trace(go.Scatter(y=e.ranks[0].ddp_run.losses, mode="lines+markers",
-                                 name=f"DDP, {world} ranks × B",
+                                 name=f"DDP, {world} ranks × b",
                                  line=dict(color=plots.color(i), dash="dot"), marker=dict(size=5)))
     return plots.style(fig, "Training loss: DDP on N ranks vs one process on the N-times batch", "step", "loss")
 
@@ -152,9 +152,10 @@ def wire_findings(ledger: Ledger, eq: dict[int, Compared]) -> Findings:
     for w, v in wires.items():
         if v is None:
             ledger.note(f"wire_{w}", "not measurable: NCCL traffic does not cross the loopback interface")
-    answer = ["Each rank sends $2\\frac{N-1}{N}M$: "
-              + ", ".join(f"**{v:.1f}** $M$ at $N = {w}$" for w, v in sent.items()) + ", never more than $2M$."]
-    details = []
+    most = max(sent)
+    answer = [f"At $N = {most}$ each rank sent **{sent[most]:.1f}** $M$, as $2\\frac{{N-1}}{{N}}M$ says: never more "
+              "than $2M$, however many ranks."]
+    details = [", ".join(f"$N = {w}$: {v:.2f} $M$ sent per rank" for w, v in sent.items()) + "."]
     measured = {w: v for w, v in wires.items() if v is not None}
     if measured:
         on = " and ".join(map(str, measured))

@@ -29,8 +29,7 @@ def ddp_panel(S: Settings, acc: list[AccumulationResult] | None = None) -> tuple
 
     def draw(world, accum_k, bucket_cap_mb):
         r = cache(world=world, accum_k=accum_k, bucket_cap_mb=bucket_cap_mb)
-        fig = plots.subplots(1, 2, (f"loss ({r.tokens_per_step:,} tokens/step = {S.batch_size} seq × "
-                                    f"{S.block_size} × {world} ranks × {accum_k})", "all-reduce calls per step"),
+        fig = plots.subplots(1, 2, (f"loss, {r.tokens_per_step:,} tokens per step", "all-reduce calls per step"),
                              title=f"median {statistics.median(r.seconds) * 1e3:.0f} ms per step")
         fig.add_trace(go.Scatter(y=r.losses, mode="lines+markers", showlegend=False), row=1, col=1)
         fig.add_trace(go.Bar(y=r.allreduce_calls, showlegend=False, marker_color=plots.color(1)), row=1, col=2)

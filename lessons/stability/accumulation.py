@@ -182,6 +182,6 @@ def findings(ledger: Ledger, S: Settings, runs: dict[Arm, History], max_grad_dif
         f"G = {k} micro-batches against one batch of {S.batch_size} sequences: gradients equal to "
         f"{max_grad_diff:.1e}.",
         f"SGD summed against SGD averaged at η × G: losses equal to {same:.1e} over the whole run.",
-        f"AdamW summed against averaged, no clipping: losses equal to {early:.0e} over the first 5 steps; after that, "
-        "rounding differences compound (ε weighs G times less in the summed run).",
+        f"AdamW summed against averaged, no clipping: losses equal to {early:.0e} over the first 5 steps; after that "
+        "they drift apart, since ε weighs G times less in the summed run and training amplifies the difference.",
     ])
