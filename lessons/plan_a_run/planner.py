@@ -39,7 +39,7 @@ def draw(model: str, seq: int, gpus: int, batch: int, tokens_t: float, tp: int, 
         chosen = same or chosen
         if chosen not in shown:
             shown = shown + [chosen]
-    title = f"{model}, {seq:,} tokens per sequence, on {gpus:,} GPUs<br><sub>{msg}</sub>"
+    title = f"Layouts ranked by step time<br><sub>{msg}</sub>"
     return figure(shown, chosen, gpu.gpu_memory, title)
 
 

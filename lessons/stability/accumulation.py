@@ -184,4 +184,6 @@ def findings(ledger: Ledger, S: Settings, runs: dict[Arm, History], max_grad_dif
         f"SGD summed against SGD averaged at η × G: losses equal to {same:.1e} over the whole run.",
         f"AdamW summed against averaged, no clipping: losses equal to {early:.0e} over the first 5 steps; after that "
         "they drift apart, since ε weighs G times less in the summed run and training amplifies the difference.",
+        "Reading the table: clipping changes AdamW's run by itself (its two averaged rows, without and with "
+        "clipping); the bug's own effect is the gap between the two clipped rows, averaged and summed.",
     ])
