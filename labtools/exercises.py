@@ -90,6 +90,22 @@ def failed(case: str, message: str, hint: str = "") -> Outcome:
     return Outcome("fail", f"{f'case {case!r}: ' if case else ''}{message}{f' — hint: {hint}' if hint else ''}")
 
 
+def launch_yours(rank_fn, world: int, job, *, desc: str, timeout_s: float, hint: str):
+    """Launch a lesson's rank function that runs a learner's code on `world` gloo ranks: its results, or the
+    Outcome that ends the check (a run out of time, with the line a rank was on; a rank that failed)."""
+    from labtools.parallel import RankFailed, RunTimedOut, launch
+    try:
+        return launch(rank_fn, world, job, backend="gloo", collective_timeout_s=20, timeout_s=timeout_s, desc=desc)
+    except RunTimedOut as e:
+        at = ""
+        if e.where:
+            r, (_, line) = min(e.where.items())
+            at = f" (rank {r} was at line {line})"
+        return Outcome("fail", f"your code did not finish in {e.seconds:.0f} s on {world} ranks{at} — hint: {hint}")
+    except RankFailed as e:
+        return Outcome("fail", f"on {world} ranks the run stopped: {e.error.splitlines()[0][:200]}")
+
+
 def show_solution(exercise) -> None:
     """An exercise module's solution (its solution_source(), as the learner's cell would hold it), folded: open it
     once you have tried."""

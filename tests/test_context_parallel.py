@@ -5,6 +5,7 @@ import dataclasses
 
 import torch
 import torch.nn.functional as F
+from learner_files import load
 
 from labtools.exercises import NOT_WRITTEN
 from labtools.parallel import launch
@@ -111,39 +112,32 @@ def test_lesson_14_merge_solution_passes_and_forming_the_exp_sums_fails_on_large
 
 
 def test_lesson_14_a_merge_right_in_value_but_cut_from_autograd_fails_only_on_the_ranks(tmp_path, session_run_root):
-    import importlib.util
-
     from lessons.context_parallel import merge_exercise, settings
     from test_dist import wait_gone
 
-    module = tmp_path / "learner.py"  # the ranks rebuild the function from its source, as from a notebook cell
-    module.write_text("import torch\n\n" + merge_exercise.solution_source() + '''
+    # the ranks rebuild the function from its source, as from a notebook cell
+    source = "import torch\n\n" + merge_exercise.solution_source() + '''
 
 def my_detached_merge(out1, lse1, out2, lse2):
     lse = torch.logaddexp(lse1, lse2).detach()  # the right values, but no gradient flows through the weights
     return torch.exp(lse1 - lse) * out1 + torch.exp(lse2 - lse) * out2, lse
-''')
-    spec = importlib.util.spec_from_file_location("learner", module)
-    learner = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(learner)
+'''
+    my_merge, my_detached_merge = load(tmp_path, source, "my_merge"), load(tmp_path, source, "my_detached_merge")
     S = settings("smoke", seq=64)
-    assert merge_exercise.check_merge(learner.my_detached_merge).passed  # one process compares values only
-    out = merge_exercise.check_merge(learner.my_detached_merge, S)
+    assert merge_exercise.check_merge(my_detached_merge).passed  # one process compares values only
+    out = merge_exercise.check_merge(my_detached_merge, S)
     assert out.status == "fail" and "inside ring attention on 2 ranks" in out.message, out.message
-    out = merge_exercise.check_merge(learner.my_merge, S)
+    out = merge_exercise.check_merge(my_merge, S)
     assert out.passed and "on 2 real ranks" in out.message, out.message
     assert wait_gone(session_run_root) == []
 
 
 def test_lesson_14_a_merge_that_never_ends_on_one_rank_stops_at_its_line(tmp_path, session_run_root, monkeypatch):
-    import importlib.util
-
     from lessons.context_parallel import merge_exercise, settings
     from test_dist import wait_gone
 
     monkeypatch.setattr(merge_exercise, "COLLECTIVE_TIMEOUT_S", 5)  # the rank left waiting ends sooner
-    module = tmp_path / "learner.py"
-    module.write_text('''import torch
+    my_merge = load(tmp_path, '''import torch
 
 def my_merge(out1, lse1, out2, lse2):
     import torch.distributed as d
@@ -151,31 +145,22 @@ def my_merge(out1, lse1, out2, lse2):
         pass
     lse = torch.logaddexp(lse1, lse2)
     return torch.nan_to_num(torch.exp(lse1 - lse)) * out1 + torch.nan_to_num(torch.exp(lse2 - lse)) * out2, lse
-''')
-    spec = importlib.util.spec_from_file_location("learner", module)
-    learner = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(learner)
-    out = merge_exercise.check_merge(learner.my_merge, settings("smoke", seq=64))
+''', "my_merge")
+    out = merge_exercise.check_merge(my_merge, settings("smoke", seq=64))
     assert out.status == "fail" and "rank 0: your function did not finish" in out.message, out.message
     assert "line 3: `while d.is_initialized() and d.get_rank() == 0:`" in out.message or "line 4: `pass`" in out.message
     assert wait_gone(session_run_root) == []
 
 
 def test_lesson_14_a_merge_cut_from_autograd_is_named_not_a_checker_error(tmp_path, session_run_root):
-    import importlib.util
-
     from lessons.context_parallel import merge_exercise, settings
 
-    module = tmp_path / "learner.py"
-    module.write_text('''import torch
+    my_merge = load(tmp_path, '''import torch
 
 def my_merge(out1, lse1, out2, lse2):
     with torch.no_grad():
         lse = torch.logaddexp(lse1, lse2)
         return torch.nan_to_num(torch.exp(lse1 - lse)) * out1 + torch.nan_to_num(torch.exp(lse2 - lse)) * out2, lse
-''')
-    spec = importlib.util.spec_from_file_location("learner", module)
-    learner = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(learner)
-    out = merge_exercise.check_merge(learner.my_merge, settings("smoke", seq=64))
+''', "my_merge")
+    out = merge_exercise.check_merge(my_merge, settings("smoke", seq=64))
     assert out.status == "fail" and "no gradient reached q through your merge" in out.message, out.message

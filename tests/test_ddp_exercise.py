@@ -2,10 +2,9 @@
 passes; forgetting the broadcast, summing instead of averaging, buckets in the wrong order, and all-reduces started
 after backward each fail with the hint that names them; the stub launches nothing."""
 
-import importlib.util
-
 import pytest
 
+from learner_files import load
 from lessons import data_parallel
 from lessons.data_parallel import ddp_exercise as dx
 
@@ -19,12 +18,7 @@ def variant(tmp_path, *edits: tuple[str, str]):
     for old, new in edits:
         assert old in source, old
         source = source.replace(old, new)
-    path = tmp_path / "mine.py"
-    path.write_text("import torch\nimport torch.distributed as dist\n\n" + source)
-    spec = importlib.util.spec_from_file_location("mine", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.MyDDP
+    return load(tmp_path, "import torch\nimport torch.distributed as dist\n\n" + source, "MyDDP")
 
 
 def test_the_solution_matches_ddp_buckets_gradients_and_overlap(tmp_path):

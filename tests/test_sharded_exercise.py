@@ -2,10 +2,9 @@
 all-reduced gradients: the solution passes; a sum for a mean, a shard of the wrong numbers, an update that never
 leaves its rank, and moments kept whole each fail with the hint that names them; the stub launches nothing."""
 
-import importlib.util
-
 import pytest
 
+from learner_files import load
 from lessons import fsdp_zero
 from lessons.fsdp_zero import sharded_exercise as sx
 
@@ -18,12 +17,8 @@ def variant(tmp_path, *edits: tuple[str, str]):
     for old, new in edits:
         assert old in source, old
         source = source.replace(old, new)
-    path = tmp_path / "mine.py"
-    path.write_text("import math\n\nimport torch\nimport torch.distributed as dist\n\n" + source)
-    spec = importlib.util.spec_from_file_location("mine", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.MyShardedAdamW
+    return load(tmp_path, "import math\n\nimport torch\nimport torch.distributed as dist\n\n" + source,
+                "MyShardedAdamW")
 
 
 def test_the_solution_matches_adamw_and_keeps_one_shard_of_state(tmp_path):
@@ -32,13 +27,15 @@ def test_the_solution_matches_adamw_and_keeps_one_shard_of_state(tmp_path):
 
 
 def test_the_stub_launches_nothing(tmp_path):
-    stub = variant(tmp_path, ("    def zero_grad(self):\n", "    def zero_grad(self):\n        raise NotImplementedError\n"))
+    stub = variant(tmp_path, ("    def zero_grad(self):\n",
+                              "    def zero_grad(self):\n        raise NotImplementedError\n"))
     assert sx.check(stub, S).status == "not written"
 
 
 MISTAKES = {
     "a sum, not a mean": ([("        grad /= self.n", "        pass")], "divide by N"),
-    "another rank's shard": ([("[self.r * self.shard:(self.r + 1) * self.shard]", "[:self.shard]")], "its shard of the gradient"),
+    "another rank's shard": ([("[self.r * self.shard:(self.r + 1) * self.shard]", "[:self.shard]")],
+                             "its shard of the gradient"),
     "the update stays on its rank": ([("        dist.all_gather_into_tensor(everything, theta)",
                                        "        everything = self._flat([p.detach() for p in self.params])\n"
                                        "        everything[self.r * self.shard:(self.r + 1) * self.shard] = theta")],

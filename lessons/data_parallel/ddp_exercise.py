@@ -14,9 +14,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from labtools.config import build_gpt, global_batch
-from labtools.exercises import NOT_WRITTEN, Outcome, failed
+from labtools.exercises import NOT_WRITTEN, Outcome, failed, launch_yours
 from labtools.learner import LEARNER_ERRORS, bound_for, is_stub, load_function, source_of, time_bound, where_it_failed
-from labtools.parallel import RankFailed, RunTimedOut, launch
 from labtools.parallel.comm import DDPCommCounter
 from labtools.parallel.toolkit import rank, world_size
 from lessons.data_parallel import Settings
@@ -134,16 +133,10 @@ def check(fn, S: Settings) -> Outcome:
     except ValueError as e:
         return Outcome("fail", str(e))
     job = DDPJob(S, source, fn.__name__)
-    try:
-        res = launch(ddp_exercise, WORLD, job, backend="gloo", collective_timeout_s=20, timeout_s=LAUNCH_TIMEOUT_S,
-                     desc="your DDP")
-    except RunTimedOut as e:
-        line = min(e.where.items())[1][1] if e.where else None
-        return Outcome("fail", f"your class did not finish in {e.seconds:.0f} s on {WORLD} ranks"
-                               + (f" (rank {min(e.where)} was at line {line})" if line else "")
-                               + " — hint: every rank must start the same all-reduces, in the same order")
-    except RankFailed as e:
-        return Outcome("fail", f"on {WORLD} ranks the run stopped: {e.error.splitlines()[0][:200]}")
+    res = launch_yours(ddp_exercise, WORLD, job, desc="your DDP", timeout_s=LAUNCH_TIMEOUT_S,
+                       hint="every rank must start the same all-reduces, in the same order")
+    if isinstance(res, Outcome):
+        return res
     for i, case in enumerate(res[0].cases):
         mine = [r.cases[i] for r in res if i < len(r.cases)]
         error = next((c.error for c in mine if c.error), "")

@@ -14,9 +14,8 @@ import torch
 import torch.distributed as dist
 
 from labtools.config import build_gpt
-from labtools.exercises import NOT_WRITTEN, Outcome, failed
+from labtools.exercises import NOT_WRITTEN, Outcome, failed, launch_yours
 from labtools.learner import LEARNER_ERRORS, bound_for, is_stub, load_function, source_of, time_bound, where_it_failed
-from labtools.parallel import RankFailed, RunTimedOut, launch
 from labtools.parallel.toolkit import rank, world_size
 from lessons.fsdp_zero import Settings
 
@@ -130,16 +129,10 @@ def check(fn, S: Settings) -> Outcome:
         job = ShardedJob(S, source_of(fn), fn.__name__)
     except ValueError as e:
         return Outcome("fail", str(e))
-    try:
-        res = launch(sharded_exercise, WORLD, job, backend="gloo", collective_timeout_s=20,
-                     timeout_s=LAUNCH_TIMEOUT_S, desc="your sharded AdamW")
-    except RunTimedOut as e:
-        line = min(e.where.items())[1][1] if e.where else None
-        return Outcome("fail", f"your class did not finish in {e.seconds:.0f} s on {WORLD} ranks"
-                               + (f" (rank {min(e.where)} was at line {line})" if line else "")
-                               + " — hint: every rank must make the same collective calls, in the same order")
-    except RankFailed as e:
-        return Outcome("fail", f"on {WORLD} ranks the run stopped: {e.error.splitlines()[0][:200]}")
+    res = launch_yours(sharded_exercise, WORLD, job, desc="your sharded AdamW", timeout_s=LAUNCH_TIMEOUT_S,
+                       hint="every rank must make the same collective calls, in the same order")
+    if isinstance(res, Outcome):
+        return res
     cases = [c for r in res for c in r.cases]
     name = cases[0].case
     error = next((c.error for c in cases if c.error), "")
