@@ -159,7 +159,12 @@ def run_yours(fn: Callable, run: Callable[[Callable], object], lab, *, what: str
         message = tried.outcome.message if tried.outcome.status == "not written" else \
             f"the run with {what} stopped: {tried.outcome.message}"
         return YourRun(Outcome(tried.outcome.status, message), lab)
-    yours = tried.value
+    return compare_runs(tried.value, lab, what=what, tol=tol)
+
+
+def compare_runs(yours, lab, *, what: str, tol: float) -> YourRun:
+    """The learner's run against the lab's (both Histories): their first EARLY_STEPS training losses must agree
+    within tol nats; the largest difference over the steps both ran is reported."""
     gaps = [abs(a - b) if math.isfinite(a) else math.inf for a, b in zip(yours.loss, lab.loss)]
     early = gaps[:EARLY_STEPS]
     worst = max(gaps, default=math.inf)
@@ -168,9 +173,16 @@ def run_yours(fn: Callable, run: Callable[[Callable], object], lab, *, what: str
         return YourRun(Outcome("fail", f"with {what} the run parts from the lab's at step {yours.step[i]}: training "
                                        f"loss {yours.loss[i]:.4f} where the lab's was {lab.loss[i]:.4f} nats "
                                        f"(allowed difference {tol:.0e})", worst), lab, yours, worst)
+    whole = f", and the whole curve stays within {worst:.0e} (training amplifies rounding)" \
+        if len(gaps) > len(early) else ""
     return YourRun(Outcome("pass", f"{what} trained the model for {len(gaps)} steps: its first {len(early)} losses "
-                                   f"are the lab's to {max(early):.0e} nats, and the whole curve stays within "
-                                   f"{worst:.0e} (training amplifies rounding)", worst), lab, yours, worst)
+                                   f"are the lab's to {max(early):.0e} nats{whole}", worst), lab, yours, worst)
+
+
+def losses_history(losses: Sequence[float], seconds: float = 0.0):
+    """Training losses of steps 1, 2, … (a run made on ranks) as a labtools.train.History."""
+    from labtools.train import History
+    return History(step=list(range(1, len(losses) + 1)), loss=list(losses), seconds=seconds)
 
 
 def difference(a, b) -> float:
@@ -193,7 +205,10 @@ def difference(a, b) -> float:
     return 0.0 if a == b else math.inf
 
 
-def _short(x) -> str:
+def _short(x, unit: str = "") -> str:
+    """A value in a few words; a number with its unit (bytes also in GiB or MiB, so 12952880859 reads as a size)."""
+    if unit and isinstance(x, (int, float)) and not isinstance(x, bool):
+        return _with_unit(x, unit)
     if isinstance(x, torch.Tensor):
         return f"a tensor of shape {tuple(x.shape)}" if x.numel() > 6 else "[" + ", ".join(f"{v:.4g}" for v in
                                                                                              x.flatten().tolist()) + "]"
@@ -202,12 +217,23 @@ def _short(x) -> str:
     return repr(x)[:80]
 
 
+def _with_unit(x: float, unit: str) -> str:
+    if unit == "bytes":  # a model's budget in GB and TB, as they are published; a tensor's in MiB, as measured
+        for size, name in ((1e12, "TB"), (1e9, "GB"), (2**20, "MiB"), (2**10, "KiB")):
+            if abs(x) >= size:
+                return f"{x:,.0f} bytes ({x / size:.2f} {name})"
+        return f"{x:,.0f} bytes"
+    return f"{x:,.6g} {unit}"
+
+
 def check(fn: Callable, reference: Callable, cases: Sequence[Case], *, tol: float = 1e-6, relative: bool = False,
-          in_place: bool = False, what: str = "your function", against: str = "the reference") -> Outcome:
+          in_place: bool = False, what: str = "your function", against: str = "the reference",
+          unit: str = "") -> Outcome:
     """Run fn and the reference on every case (each on its own copy of the arguments) and compare: the return
     values, or the arguments after the call when the reference returns None (an in-place function); in_place: the
     return value and the arguments after the call, both. relative: the difference is divided by the largest
-    magnitude in the reference's result (at least 1). against: what the pass message names the reference."""
+    magnitude in the reference's result (at least 1). against: what the pass message names the reference. unit: what
+    a number returned measures ("bytes", "s"), said with it when a case fails."""
     if not cases:
         raise ValueError("check needs at least one case: with none, any function would pass")
     if not tol >= 0:  # NaN too: every comparison with it is False, so everything would fail, or pass
@@ -233,7 +259,7 @@ def check(fn: Callable, reference: Callable, cases: Sequence[Case], *, tol: floa
             d = _relative(g, e) if relative else difference(g, e)
             worst = max(worst, d)
             if not d <= tol:
-                where = f"{label} — {_where(g, e, noun)}" if label else _where(g, e, noun)
+                where = f"{label} — {_where(g, e, noun, unit)}" if label else _where(g, e, noun, unit)
                 hint = f" — hint: {case.hint}" if case.hint else ""
                 return Outcome("fail", f"case '{case.name}': {where} (largest {'relative ' * relative}"
                                        f"difference {d:.1e}, allowed {tol:.0e}){hint}", d)
@@ -258,12 +284,12 @@ def _magnitude(x) -> float:
     return max(1.0, abs(x)) if isinstance(x, (int, float)) else 1.0
 
 
-def _where(got, expected, noun: str = "output") -> str:
+def _where(got, expected, noun: str = "output", unit: str = "") -> str:
     """Which output differs, and how, in a few words ("output 2 of 3: item 1 of 4: expected …, got …")."""
     if isinstance(expected, (list, tuple)) and isinstance(got, (list, tuple)) and len(got) == len(expected) \
             and expected:
         i = max(range(len(expected)), key=lambda k: difference(got[k], expected[k]))
-        inner = _where(got[i], expected[i], "item")
+        inner = _where(got[i], expected[i], "item", unit)
         return inner if len(expected) == 1 else f"{noun} {i + 1} of {len(expected)}: {inner}"
     if isinstance(got, torch.Tensor) and isinstance(expected, torch.Tensor) and got.shape == expected.shape \
             and got.numel() > 6:  # too long to print: the entry that differs most, where it is
@@ -271,7 +297,7 @@ def _where(got, expected, noun: str = "output") -> str:
         at = tuple(int(k) for k in torch.unravel_index(gap.argmax(), gap.shape))
         return (f"in a tensor of shape {tuple(got.shape)}, entry {list(at)} differs most: expected "
                 f"{_short(expected[at].item())}, got {_short(got[at].item())}")
-    return f"expected {_short(expected)}, got {_short(got)}"
+    return f"expected {_short(expected, unit)}, got {_short(got, unit)}"
 
 
 def outcome(results: Sequence[dict], *, tol: float, what: str, reference: str, relative: bool = False) -> Outcome:

@@ -193,7 +193,11 @@ def test_lesson_16_memory_solution_passes_and_forgetting_cp_in_the_sharding_fail
     def eighteen_bytes(n_params, layout, zero_stage):
         return m.reference(n_params, layout, zero_stage) * 18 / 16
 
-    assert "7B on 8 GPUs" in m.check_model_states(eighteen_bytes).message
+    out = m.check_model_states(eighteen_bytes)
+    assert "7B on 8 GPUs" in out.message
+    # with its unit and a size a reader can hold: 16 bytes of each of the 7B model's parameters
+    assert "expected 112,000,000,000 bytes (112.00 GB), got 126,000,000,000 bytes (126.00 GB)" in out.message, \
+        out.message
 
 
 def _calibration(together=0.010, ddp=0.016, sharded=0.030, solo=0.008, sharded_alone=0.009):

@@ -32,7 +32,7 @@ def check_flops(fn, counts: list[dict]) -> Outcome:
         if not isinstance(got, (int, float)):
             return failed(name, f"return a number, got {type(got).__name__}")
         off = abs(got / r["train"] - 1)
-        hint = f"{HINT} (you said {got:,.0f}, the counter {r['train']:,.0f})" if off > 1e-9 else HINT
+        hint = f"{HINT} (you said {got:,.0f} FLOPs per token, the counter {r['train']:,.0f})" if off > 1e-9 else HINT
         results.append({"case": name, "difference": off, "hint": hint})
     return outcome(results, tol=1e-9, what="your FLOPs per token", reference="the counter's count",
                    relative=True)

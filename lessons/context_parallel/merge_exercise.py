@@ -12,8 +12,8 @@ from labtools.exercises import Outcome, attempt, failed, outcome
 from labtools.learner import source_of
 from labtools.parallel.context import merge
 
-HINT = ("each partial output is an average weighted by exp(score − lse) over its own keys; the total exp-sum is "
-        "exp(lse1) + exp(lse2), so lse = logaddexp(lse1, lse2), and each output counts with weight exp(lseᵢ − lse)")
+HINT = ("the two outputs are not an equal average: each is normalised over its own keys only, so each must count "
+        "with its block's share of the total exp-sum, and the lse returned is that of all the keys")
 
 
 reference = merge  # the lab's own merge, which ring attention uses: the solution shown is its source

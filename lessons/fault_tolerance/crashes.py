@@ -24,7 +24,8 @@ def context():
     """Children forked from a server that imported torch once: a killed saver restarts in milliseconds, and the
     notebook's own process (with its threads) is never forked."""
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["lessons.fault_tolerance.ranks", "lessons.fault_tolerance.save_exercise"])
+    ctx.set_forkserver_preload(["lessons.fault_tolerance.ranks", "lessons.fault_tolerance.save_exercise",
+                                "lessons.fault_tolerance.save_training"])
     return ctx
 
 

@@ -1,18 +1,23 @@
 """Lesson 11, your turn: an atomic save, checked by SIGKILLing a process that runs it over and over and reading
-what the kill left behind: the file must always hold one whole version, the old one or the new one.
+what the kill left behind: the file must always hold one whole version, the old one or the new one. The kills land
+right after each step of a save that touches the file (found by Python's audit events: opened for writing, removed,
+renamed), so a save that rewrites the file in place, copies over it or removes it first fails every time, not only
+when a random kill happens to land in its window.
 
 The learner's function is sent to the saving child as source (labtools.learner.source_of) and rebuilt there."""
 
 import inspect
+import json
 import os
 import random
 import re
 import signal
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from labtools.exercises import NOT_WRITTEN, Outcome, attempt, failed, outcome
+from labtools.exercises import NOT_WRITTEN, Outcome, attempt, failed
 from labtools.learner import bound_for, is_stub, load_function, source_of
 
 HEADER = 16  # bytes: b"v" + the version number, zero-padded; the rest of a version is its number's byte, repeated
@@ -53,27 +58,84 @@ def whole(data: bytes, size: int) -> int | None:
     return v if data[HEADER:] == bytes([v % 251]) * size else None
 
 
-def save_loop(source: str, name: str, path: str, size: int) -> None:
+# What a step of a save does to the target, as the audit events say it (sys.addaudithook), and what each tells
+OPS = {"open": "opened it for writing", "os.remove": "removed it", "os.rename": "renamed a file onto it, or it "
+       "away", "os.truncate": "truncated it", "shutil.copyfile": "started copying a file onto it"}
+OP_HINTS = {"open": "your save rewrites the checkpoint itself: from the moment it is opened for writing until the "
+            "write ends, a crash leaves part of a file. Write a temporary file and rename it over the target",
+            "os.remove": "your save removes the old checkpoint before the new one is in place: a crash in between "
+            "leaves none. os.replace puts the new file in the old one's place in one step"}
+WRITING = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND
+
+
+def _touches(event: str, args: tuple, target: str) -> bool:
+    """Whether an audited operation writes, removes or renames the target file."""
+    def same(a) -> bool:
+        return isinstance(a, (str, bytes, os.PathLike)) and os.path.abspath(os.fsdecode(os.fspath(a))) == target
+    if event == "open":
+        mode, flags = args[1], args[2]
+        return same(args[0]) and bool((mode and any(c in mode for c in "wax+")) or (flags or 0) & WRITING)
+    if event in ("os.remove", "os.truncate"):
+        return same(args[0])
+    if event in ("os.rename", "shutil.copyfile"):
+        return same(args[0]) or same(args[1])
+    return False
+
+
+class _Tracer:
+    """In the saving child: counts the operations of one save that touch the target, records them, and SIGKILLs the
+    process right after the k-th has run (at the next Python event: the operation itself has returned by then)."""
+
+    def __init__(self, target: str, kill_after: int | None):
+        self.target, self.kill_after, self.on, self.ops = target, kill_after, False, []
+        sys.addaudithook(self.hook)
+
+    def hook(self, event: str, args: tuple) -> None:
+        if not self.on or event not in OPS or not _touches(event, args, self.target):
+            return
+        self.ops.append(event)
+        if len(self.ops) == self.kill_after:
+            sys.setprofile(self._kill_next)
+
+    def _kill_next(self, frame, event, arg) -> None:
+        if frame.f_code is self.hook.__code__ or (event == "c_return" and arg is sys.setprofile):
+            return  # the audit hook returning, before the operation has run
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def save_loop(source: str, name: str, path: str, size: int, kill_after: int | None = None,
+              trace: str | None = None) -> None:
     """Run in a child: save version 1, 2, … with the learner's function until killed; after each save, publish its
-    number (atomically, the lab's way) for the parent."""
+    number (atomically, the lab's way) for the parent. From the second save on, the operations that touch the file
+    are counted: kill_after=k SIGKILLs the process right after the k-th; trace=FILE writes the second save's list
+    of them to FILE and ends there."""
     fn = load_function(source, name, {"os": os, "tempfile": tempfile, "Path": Path})
     done = Path(path).parent / "saved-version"
+    tracer = _Tracer(os.path.abspath(path), kill_after)
     v = 0
     while True:
         v += 1
+        tracer.on = v == 2
         fn(path, version(v, size))
+        tracer.on = False
+        if trace and v == 2:
+            Path(trace).write_text(json.dumps(tracer.ops))
+        if (trace or kill_after) and v == 2:
+            return  # traced, or the kill's step never came (a save that does less the second time)
         tmp = done.with_suffix(".tmp")
         tmp.write_text(str(v))
         os.replace(tmp, done)
 
 
-def _kill_one(fn, directory: Path, size: int, when: str, rng: random.Random) -> dict:
-    """Start a saving child, wait for its first whole save, SIGKILL it (mid-save or at a random moment), and read
-    the target."""
+def _child(fn, directory: Path, size: int, rng: random.Random, kill_after: int | None = None,
+           trace: Path | None = None) -> dict:
+    """Start a saving child and wait for its first whole save; then let it run until it kills itself after an
+    operation (kill_after), ends its traced save (trace), or is SIGKILLed here at a random moment. Reads the target."""
     directory.mkdir(parents=True, exist_ok=True)
     target, done = directory / "checkpoint.bin", directory / "saved-version"
     from lessons.fault_tolerance.crashes import context  # the lesson's forkserver: torch imported once
-    proc = context().Process(target=save_loop, args=(source_of(fn), fn.__name__, str(target), size), daemon=True)
+    proc = context().Process(target=save_loop, args=(source_of(fn), fn.__name__, str(target), size, kill_after,
+                                                     str(trace) if trace else None), daemon=True)
     proc.start()
     try:
         deadline = time.monotonic() + 30
@@ -84,25 +146,16 @@ def _kill_one(fn, directory: Path, size: int, when: str, rng: random.Random) -> 
             if time.monotonic() > deadline:
                 return {"error": "no save finished within 30 s"}
             time.sleep(0.0005)
-        if when == "mid-save":  # the moment a save is under way: the target shrinks, or a new file appears
-            others = lambda: [p for p in directory.iterdir() if p.name not in (target.name, done.name,  # noqa: E731
-                                                                                  done.with_suffix(".tmp").name)]
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline and proc.is_alive():
-                try:
-                    if target.stat().st_size != HEADER + size or others():
-                        break
-                except FileNotFoundError:
-                    break
-                time.sleep(0.0002)
-        else:
+        if kill_after is None and trace is None:
             time.sleep(rng.uniform(0.0, 0.05))
-        os.kill(proc.pid, signal.SIGKILL)
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.join(timeout=30)
     finally:
-        proc.join(timeout=10)
         if proc.is_alive():
             proc.kill()
-            proc.join()
+        proc.join()
+    if trace is not None:
+        return {"ops": json.loads(trace.read_text()) if trace.exists() else None, "exitcode": proc.exitcode}
     if not target.exists():
         return {"left": "no file at all"}
     data = target.read_bytes()
@@ -110,9 +163,10 @@ def _kill_one(fn, directory: Path, size: int, when: str, rng: random.Random) -> 
     return {"left": f"version {v}, whole" if v else f"{len(data):,} bytes that are no whole version", "whole": v}
 
 
-def check_save(fn, workdir, size: int = 4 * 2**20, kills: int = 6, seed: int = 0) -> Outcome:
-    """Your save, first run here (the file must hold what was saved), then SIGKILLed `kills` times in a child that
-    saves `size`-byte versions over and over: half the kills the moment a save is under way, half at random."""
+def check_save(fn, workdir, size: int = 4 * 2**20, kills: int = 3, seed: int = 0) -> Outcome:
+    """Your save, first run here (the file must hold what was saved); then in a child that saves `size`-byte versions
+    over and over, SIGKILLed right after each step of a save that touches the file (opening it for writing,
+    removing or renaming it), one child per step; then `kills` times at a random moment."""
     if is_stub(fn):  # said before any work: the reference's save below writes to workdir
         return Outcome("not written", NOT_WRITTEN)
     try:
@@ -122,7 +176,6 @@ def check_save(fn, workdir, size: int = 4 * 2**20, kills: int = 6, seed: int = 0
     base = Path(workdir) / "exercise"
     base.mkdir(parents=True, exist_ok=True)
     target = base / "first.bin"
-    results = []
     start = time.perf_counter()
     reference(str(base / "reference.bin"), b"the second, longer version")
     bound = bound_for(time.perf_counter() - start)
@@ -137,21 +190,32 @@ def check_save(fn, workdir, size: int = 4 * 2**20, kills: int = 6, seed: int = 0
                           HINT)
         if held != data:
             return failed("saving here", f"after saving {data!r} the file holds {held[:40]!r}", HINT)
-    results.append({"case": "saving here", "difference": 0.0})
     rng = random.Random(seed)
-    for k in range(kills):
-        when = "mid-save" if k % 2 == 0 else "random"
-        r = _kill_one(fn, base / f"kill-{k}", size, when, rng)
-        moment = "the moment a save was under way" if when == "mid-save" else "at a random moment"
-        name = f"SIGKILL {k + 1} of {kills} ({moment})"
+    traced = _child(fn, base / "trace", size, rng, trace=base / "trace.json")
+    if "error" in traced:
+        return failed("a save in a child process", traced["error"])
+    if traced["ops"] is None:
+        return failed("a save in a child process", f"the saving process stopped (exit code {traced['exitcode']}) "
+                                                   "in its second save: run your function twice in a cell to see why")
+    ops = traced["ops"]
+    for k, op in enumerate(ops, 1):
+        r = _child(fn, base / f"after-{k}", size, rng, kill_after=k)
+        name = f"SIGKILL right after your save {OPS[op]} (step {k} of {len(ops)} that touch the file)"
         if "error" in r:
-            return outcome(results + [{"case": name, "error": r["error"]}], tol=0.0, what="", reference="")
+            return failed(name, r["error"])
         if not r.get("whole"):
-            return outcome(results + [{"case": name, "error": f"the kill left {r['left']}", "hint": HINT}], tol=0.0,
-                           what="", reference="")
-        results.append({"case": name, "difference": 0.0})
-    return Outcome("pass", f"your save wrote what it was given, and survived {kills} SIGKILLs, half of them mid-save: "
-                           "every kill left one whole version, the old or the new", 0.0)
+            return failed(name, f"the kill left {r['left']}", OP_HINTS.get(op, HINT))
+    for k in range(kills):
+        r = _child(fn, base / f"random-{k}", size, rng)
+        name = f"SIGKILL {k + 1} of {kills} at a random moment"
+        if "error" in r:
+            return failed(name, r["error"])
+        if not r.get("whole"):
+            return failed(name, f"the kill left {r['left']}", HINT)
+    steps = "its one step" if len(ops) == 1 else f"each of its {len(ops)} steps"
+    touch = "touches" if len(ops) == 1 else "touch"
+    return Outcome("pass", f"your save wrote what it was given, and every SIGKILL, right after {steps} that {touch} "
+                           f"the file and {kills} at random moments, left one whole version, the old or the new", 0.0)
 
 
 def solution_source() -> str:

@@ -37,7 +37,7 @@ def reference(stage, N):
 
 def check_zero(fn) -> Outcome:
     """Your bytes per parameter against the lab's calculator, six stages × GPU counts."""
-    return check(fn, calculator, CASES, tol=1e-9, what="your bytes per parameter",
+    return check(fn, calculator, CASES, tol=1e-9, what="your bytes per parameter", unit="bytes per parameter",
                  against="the lab's calculator")
 
 

@@ -5,9 +5,13 @@ really ran on this lesson's ranks (section 3's timed launches), and against the 
 import inspect
 from dataclasses import dataclass
 
-from labtools.exercises import Outcome, attempt, failed, outcome
+from labtools.exercises import (YOURS_NOT_WRITTEN, Outcome, YourRun, attempt, compare_runs, failed, launch_yours,
+                                losses_history, outcome)
+from labtools.learner import is_stub, source_of
 from labtools.pipeline import Schedule, schedule_order
+from lessons.pipeline_parallel import Settings
 from lessons.pipeline_parallel.launches import DepthRun
+from lessons.pipeline_parallel.order_ranks import OrderJob, train_with_order
 
 HINT = ("rank r first runs min(m, p − r) forwards; then, while forwards remain, one backward and one forward; then "
         "the remaining backwards, oldest micro-batch first")
@@ -70,6 +74,34 @@ def check_order(fn, results: dict[int, DepthRun]) -> Outcome:
         results_.append({"case": name, "difference": 0.0})
     return outcome(results_, tol=0.0, what="your 1F1B order, every rank,",
                    reference="the order torch's Schedule1F1B ran (and the rule where it cannot run)")
+
+
+TRAIN_TOL = 1e-4        # nats: the same actions in the same order give the same sums, to rounding
+TRAIN_TIMEOUT_S = 120   # the whole launch; a rank left waiting ends sooner, at the collective timeout
+
+
+def train_with_yours(fn, S: Settings, results: dict[int, DepthRun]) -> YourRun:
+    """Section 2's 1F1B training on two ranks made again, each rank running its actions in the order your function
+    gives, against the lab's run of PyTorch's Schedule1F1B. Your order must first pass its check at this p and m: a
+    rank whose order is wrong waits for a message that never comes."""
+    p = min(S.worlds)
+    lab = losses_history(results[p].ranks[0].training.losses)
+    if is_stub(fn):
+        return YourRun(Outcome("not written", YOURS_NOT_WRITTEN), lab)
+    for r, expected in enumerate(rule_orders(p, S.m)):
+        tried = attempt(actions, fn, r, p, S.m, case=f"p = {p}, m = {S.m}, rank {r}", hint=HINT, whose=fn)
+        if not tried.returned:
+            return YourRun(tried.outcome, lab)
+        if tried.value != expected:
+            return YourRun(Outcome("fail", f"your order for rank {r} at p = {p}, m = {S.m} is not 1F1B's, so the "
+                                           "pipeline would stall: make the check above pass first"), lab)
+    ran = launch_yours(train_with_order, p, OrderJob(S, source_of(fn)), desc=f"1F1B with your order × {p}",
+                       timeout_s=TRAIN_TIMEOUT_S, hint=HINT)
+    if isinstance(ran, Outcome):
+        return YourRun(ran, lab)
+    if ran[0].error:
+        return YourRun(Outcome("fail", f"the run with your order stopped: {ran[0].error}"), lab)
+    return compare_runs(losses_history(ran[0].losses), lab, what=f"your 1F1B order, on {p} ranks,", tol=TRAIN_TOL)
 
 
 def solution_source() -> str:

@@ -44,7 +44,7 @@ CASES = (  # (name, model, layout, ZeRO stage, hint)
 def check_model_states(fn) -> Outcome:
     """Your function against labtools.plan.memory_per_gpu(...).model_states on five layouts (bytes, relative)."""
     cases = [Case(name, (MODELS[model].n_params, layout, zero), hint) for name, model, layout, zero, hint in CASES]
-    return check(fn, planner_states, cases, tol=1e-9, relative=True, what="your model states per GPU",
+    return check(fn, planner_states, cases, tol=1e-9, relative=True, what="your model states per GPU", unit="bytes",
                  against="the planner's memory per GPU")
 
 

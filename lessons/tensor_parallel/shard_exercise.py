@@ -8,7 +8,12 @@ import inspect
 import torch
 import torch.nn.functional as F
 
-from labtools.exercises import Outcome, attempt, difference, failed, outcome
+from labtools.exercises import (YOURS_NOT_WRITTEN, Outcome, YourRun, attempt, compare_runs, difference, failed,
+                                launch_yours, losses_history, outcome)
+from labtools.learner import is_stub, source_of
+from lessons.tensor_parallel import Settings
+from lessons.tensor_parallel.launches import LessonRuns
+from lessons.tensor_parallel.shard_ranks import ShardJob, train_with_shards
 
 HINT = ("c_fc is column-parallel: rank r keeps rows r·4h/tp … (r+1)·4h/tp of its weight (out × in) and the same slice "
         "of its bias; c_proj is row-parallel: rank r keeps the same range of its weight's columns")
@@ -56,6 +61,30 @@ def check_shards(fn) -> Outcome:
         results.append({"case": name, "difference": difference(partial_sum + b_proj, full)})
     return outcome(results, tol=1e-5, what="your shards are the ones each rank holds, and the sum of their partial "
                    "outputs", reference="the unsplit MLP's output")
+
+
+TRAIN_TOL = 1e-4       # nats: the same sums, split by hidden unit, to rounding
+TRAIN_TIMEOUT_S = 120  # the whole launch; a rank left waiting ends sooner, at the collective timeout
+TRAIN_TP = 2
+
+
+def train_with_yours(fn, S: Settings, res: LessonRuns) -> YourRun:
+    """The GPT trained on two real ranks with every block's MLP split by your function, against the same steps in
+    one process (section 5's reference). Your shards must first pass their check."""
+    lab = losses_history(res.single.losses)
+    if is_stub(fn):
+        return YourRun(Outcome("not written", YOURS_NOT_WRITTEN), lab)
+    checked = check_shards(fn)
+    if not checked.passed:
+        return YourRun(Outcome("fail", f"make the check above pass first: {checked.message}"), lab)
+    ran = launch_yours(train_with_shards, TRAIN_TP, ShardJob(S, source_of(fn)),
+                       desc=f"your MLP shards × {TRAIN_TP}", timeout_s=TRAIN_TIMEOUT_S, hint=HINT)
+    if isinstance(ran, Outcome):
+        return YourRun(ran, lab)
+    if ran[0].error:
+        return YourRun(Outcome("fail", f"the run with your shards stopped: {ran[0].error}"), lab)
+    return compare_runs(losses_history(ran[0].losses), lab, what=f"your MLP shards, on {TRAIN_TP} ranks,",
+                        tol=TRAIN_TOL)
 
 
 def solution_source() -> str:
