@@ -170,6 +170,14 @@ class Ledger:
         return self.to_html()
 
 
+SMALL = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve")
+
+
+def in_words(n: int) -> str:
+    """A small count as a word ("two chunks"), so that an answer's numbers are its results, not its settings."""
+    return SMALL[n] if isinstance(n, int) and 0 <= n < len(SMALL) else f"{n:,}"
+
+
 class Findings(str):
     """A section's answer in words, then the run's numbers folded away.
 

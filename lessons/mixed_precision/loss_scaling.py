@@ -168,9 +168,9 @@ def findings(ledger: Ledger, S: Settings, runs: dict[Recipe, History]) -> Findin
     ledger.note("zero_grad_fraction", flushed)
     lost = flushed[Recipe.FP16_NO_SCALER]
     short = sorted({len(h.loss) for h in runs.values()})
-    table = ("| run | validation loss change | gradient entries exactly zero | steps skipped |\n"
-             "|---|---|---|---|\n"
-             + "\n".join(f"| {r.label(k)} | {-drop[r]:+.2f} | {flushed[r]:.1%} | {sum(h.skipped)} |"
+    table = ("| run | steps | validation loss change | gradient entries exactly zero | steps skipped |\n"
+             "|---|---|---|---|---|\n"
+             + "\n".join(f"| {r.label(k)} | {len(h.loss)} | {-drop[r]:+.2f} | {flushed[r]:.1%} | {sum(h.skipped)} |"
                          for r, h in runs.items()))
     return Findings([
         (f"Without a scaler {'every gradient entry' if lost > 0.999 else f'{lost:.0%} of the gradient entries'} "
@@ -180,12 +180,14 @@ def findings(ledger: Ledger, S: Settings, runs: dict[Recipe, History]) -> Findin
         (f"Partial underflow is the quiet failure: with {flushed[partial]:.0%} of the gradients lost, the run "
          + ("still learned" if drop[partial] > 0 else "got worse") + f", and ended **{f[partial] - f[Recipe.FP32]:.2f}**"
          " nats behind fp32. Nothing announces it but the loss."),
-        ("bf16 needs no scaler: with one, its losses are the same to the last bit." if same == 0 else
+        ("bf16 needs no scaler: with one, its losses were the same to the last bit for as long as it ran." if same == 0
+         else
          f"bf16 with a scaler differed from bf16 without by {same:.1g} in loss."),
     ], [
         table,
-        (f"Runs whose outcome is fixed at their first step stop after {short[0]} steps; the others run "
-         f"{short[-1]}." if len(short) > 1 else f"Every run took {short[0]} steps."),
+        (f"Runs whose outcome is fixed at their first step stop after {short[0]} steps, the others run "
+         f"{short[-1]}: compare a loss change only between runs of the same length." if len(short) > 1 else
+         f"Every run took {short[0]} steps."),
         f"The dynamic scaler backed off {sum(dyn.skipped)} time{'s' * (sum(dyn.skipped) != 1)} and ended at "
         f"$2^{{{math.log2(dyn.loss_scale[-1]):.0f}}}$.",
         (f"bf16 with a GradScaler never skipped a step: its scale only grew, to "

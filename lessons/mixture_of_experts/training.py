@@ -228,7 +228,8 @@ def balance_findings(ledger: Ledger, res: dict, S: Settings) -> Findings:
         f"assignments, against **{on:.0%}** with it. Crowded experts then drop what does not fit.",
     ], [
         f"An even split gives each expert {1 / S.n_experts:.0%} of the assignments.",
-        f"At capacity factor {S.capacity_factor}: {dropped['MoE']:.1%} of assignments dropped with the loss, "
+        f"At capacity factor {S.capacity_factor}, over the last quarter of training: {dropped['MoE']:.1%} of "
+        "assignments dropped with the loss, "
         f"{dropped['no balance']:.1%} without.",
     ])
 

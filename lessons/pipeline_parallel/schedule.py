@@ -4,7 +4,7 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from labtools import plots
-from labtools.claims import Findings, Ledger, at_most
+from labtools.claims import Findings, Ledger, at_most, in_words
 from labtools.layout import bubble_fraction
 from labtools.pipeline import SCHEDULES, Schedule, idle_fraction, schedule_order, simulate
 from labtools.widgets import Panel
@@ -69,9 +69,9 @@ def findings(ledger: Ledger, S: Settings) -> Findings:
     idle = {s: idle_fraction(simulate(schedule_order(s, p, m, S.v if s == Schedule.INTERLEAVED else 1), 1.0, 2.0,
                                       S.v if s == Schedule.INTERLEAVED else 1), p) for s in SCHEDULES}
     same = abs(idle[Schedule.GPIPE] - idle[Schedule.ONE_F_ONE_B]) < 1e-9
+    both = "GPipe and 1F1B idle the same share of the step" if same else "1F1B idles a share of the step"
     return Findings([
-        (f"At $p = {p}$, $m = {m}$, GPipe and 1F1B both idle **{idle[Schedule.ONE_F_ONE_B]:.0%}** of the step"
-         if same else f"At $p = {p}$, $m = {m}$, 1F1B idles **{idle[Schedule.ONE_F_ONE_B]:.0%}** of the step")
-        + f"; interleaving with $v = {S.v}$ cuts it to **{idle[Schedule.INTERLEAVED]:.0%}**, for $v$ times as many "
-        "messages.",
-    ])
+        f"{both}, **{idle[Schedule.ONE_F_ONE_B]:.0%}** at the deepest pipeline here; giving each rank "
+        f"{in_words(S.v)} interleaved chunks cuts it to **{idle[Schedule.INTERLEAVED]:.0%}**, for "
+        f"{'twice' if S.v == 2 else in_words(S.v) + ' times'} as many messages.",
+    ], [f"Drawn at $p = {p}$ stages and $m = {m}$ micro-batches; interleaved with $v = {S.v}$ chunks per rank."])
