@@ -260,6 +260,7 @@ class RunPlan:
     interval_s: float      # checkpoint interval, Young's √(2·δ·MTBF) (lesson 11)
     waste: float           # fraction of the run lost to saving, recomputing lost work and restarting
     days_with_failures: float
+    save_s: float = 30.0   # δ: the seconds a save stalls training
 
 
 def run_plan(model: ModelShape, cluster: Cluster, layout: Layout, global_batch: int, tokens: float, *,
@@ -288,4 +289,4 @@ def run_plan(model: ModelShape, cluster: Cluster, layout: Layout, global_batch: 
                          f"(saving {save_s:g} s, restarting {restart_s:g} s)")
     wall = seconds / (1 - lost)
     return RunPlan(est, steps, seconds / 86400, wall / 3600 * layout.world, wall / 3600 * layout.world *
-                   dollars_per_gpu_hour, mtbf_s / 3600, interval, lost, wall / 86400)
+                   dollars_per_gpu_hour, mtbf_s / 3600, interval, lost, wall / 86400, save_s)

@@ -236,18 +236,21 @@ def test_the_calibration_fits_each_collective_and_predicts_the_communication_of_
     # a run within 25% of each prediction passes; the claims read the run, not the prediction
     r = _calibration(ddp=ddp.step_s * 1.1, sharded=z2.step_s * 0.9)
     ledger = Ledger("t")
-    calibration.findings(ledger, S, r, calibration.predict(S, r))
+    said = calibration.findings(ledger, S, r, calibration.predict(S, r))
     assert ledger.all_passed, ledger.to_text()
-    # a ZeRO-2 run twice as slow as predicted fails its claim, and not the other
+    assert said.statements[0].startswith("For the communication, yes")
+    # a ZeRO-2 run twice as slow as predicted fails its claim, and not the other; the answer in words says so
     r = _calibration(ddp=ddp.step_s, sharded=z2.step_s * 2)
     ledger = Ledger("t")
-    calibration.findings(ledger, S, r, calibration.predict(S, r))
+    said = calibration.findings(ledger, S, r, calibration.predict(S, r))
     assert [c.passed for c in ledger.claims] == [True, False, True]
-    # runs whose steps are nearly all compute: the compute-only planner is not refuted
+    assert said.statements[0].startswith("Not this time: it missed the ZeRO-2 step by **50%**"), said.statements[0]
+    # runs whose steps are nearly all compute: the compute-only planner is not refuted, and the answer says so
     r = _calibration(ddp=0.0105, sharded=0.011)
     ledger = Ledger("t")
-    calibration.findings(ledger, S, r, calibration.predict(S, r))
+    said = calibration.findings(ledger, S, r, calibration.predict(S, r))
     assert not ledger.claims[2].passed
+    assert said.statements[0].startswith(("This run cannot tell", "Not this time")), said.statements[0]
 
 
 def test_calibration_runs_on_two_ranks(session_run_root):

@@ -49,7 +49,8 @@ def findings(ledger: Ledger, a: dict) -> Findings:
         "small model holds; at real sizes they can dominate.",
     ], [
         f"Model states after the optimizer step: {per_param:.2f} bytes per parameter.",
-        f"The model: $L = {a['shape'][0]}$ blocks of width $h = {a['shape'][1]}$, {n / 1e6:.1f} M parameters.",
+        f"The model: the largest of the section 4 shapes, $L = {a['shape'][0]}$ blocks of width $h = {a['shape'][1]}$, "
+        f"{n / 1e6:.1f} M parameters.",
         f"Activations: {acts / 2**20:.1f} MiB after forward, {m['after backward']['activations'] / 2**20:.2f} MiB "
         "after backward.",
     ])

@@ -4,7 +4,7 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from labtools import plots
-from labtools.claims import Findings, Ledger
+from labtools.claims import Findings, Ledger, in_words
 from labtools.shapes import MODELS
 from labtools.widgets import Panel
 from lessons.memory_budget import GB, budget
@@ -66,7 +66,8 @@ def findings(ledger: Ledger) -> Findings:
     ledger.note("start_gb_per_gpu_by_zero_stage", total)
     fits = next((z for z in range(4) if total[z] <= START["gpu_gb"]), None)
     return Findings([
-        f"As the panel starts, its model needs **{total[0]:.0f} GB** per GPU without ZeRO"
+        f"As the panel starts, the {START['preset']} model in mixed precision on {in_words(START['dp'])} GPUs needs "
+        f"**{total[0]:.0f} GB** per GPU without ZeRO"
         + (f", more than an {START['gpu_gb']} GB GPU holds." if total[0] > START["gpu_gb"] else ", which fits."),
         (f"Sharding its states with ZeRO-{fits} brings that to **{total[fits]:.0f} GB**, which fits."
          if fits else "No ZeRO stage makes it fit on this many GPUs." if fits is None else ""),

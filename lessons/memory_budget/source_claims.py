@@ -60,8 +60,9 @@ def findings(ledger: Ledger, c: dict) -> Findings:
     return Findings([
         "\"12 bytes per parameter, 0.75×\" forgets the fp32 master copy: with it, mixed-precision AdamW keeps "
         + ("as much as fp32 Adam." if same else f"{mixed.model_states / fp32.model_states:.2f}× fp32 Adam's."),
-        f"The 7B breakdown agrees: its largest term, **{fp32_states:.0f} GB**, is the master copy and Adam's two "
-        "moments. The two statements count the same bytes differently.",
+        f"The 7B breakdown agrees: its first three terms are the same {mixed.model_states / GB:.0f} GB of model "
+        "states, the largest, "
+        f"**{fp32_states:.0f} GB**, being the master copy and Adam's two moments; its fourth lies outside them.",
         f"No number of GPUs fits 70B under ZeRO-1: it keeps the whole bf16 weights and gradients, "
         f"**{z1[max(z1)] / GB:.0f} GB**, on every GPU.",
         f"Offloading cuts GPU memory **{saved['DDP']:.0f}×** without sharding, but under ZeRO-1 and ZeRO-2 the state "

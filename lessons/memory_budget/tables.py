@@ -92,7 +92,7 @@ def table_zero_findings(ledger: Ledger, rows: dict) -> Findings:
     return Findings([f"At the paper's $N = 64$ stage 1 saves **{at64[0]:.1f}×**: close to the quoted 4×, which is its "
                      "limit as $N$ grows. Stage 3 alone saves $N\\times$ at any $N$.",
                      f"On 8 GPUs stage 1 saves only **{at8[0]:.1f}×**."],
-                    [table, "The ZeRO paper's own example, in the table above, comes out to the paper's GB at every "
+                    [table, "The ZeRO paper's own example, the first table of this section, comes out to the paper's GB at every "
                      "stage."])
 
 

@@ -90,7 +90,8 @@ def run_rows(run: RunPlan) -> list[tuple[str, str]]:
 def run_table(p: Plan) -> go.Figure:
     ex = p.example
     return plots.table(("the whole run (computed)", "value"), run_rows(p.run), row_height=28,
-                       title=f"{ex.tokens / 1e12:g}T tokens at ${ex.dollars_per_gpu_hour:g} per GPU-hour")
+                       title=f"The whole run, {ex.tokens / 1e12:g}T tokens: months and millions, failures "
+                             f"included (${ex.dollars_per_gpu_hour:g} per GPU-hour)")
 
 
 def why(p: Plan) -> tuple[StepEstimate, Part]:
@@ -114,6 +115,9 @@ def findings(ledger: Ledger, p: Plan) -> Findings:
         "Too little model parallelism does not fit at all: each GPU would hold too much of the model.",
     ], [
         f"`{best.layout}`: {best.step_s:.2f} s per step at {best.mfu:.0%} MFU (predicted).",
+        f"Each layer's forward runs again in backward (activation checkpointing, lesson 05), so the GPUs compute "
+        f"{best.hardware_flops / best.model_flops:.2f}× the model's FLOPs; MFU counts only the model's, so it sits "
+        "below the share of the step spent computing.",
         f"The runner-up, `{second.layout}`: {second.step_s - best.step_s:.2f} s per step slower.",
         f"{len(unfit)} of {len(p.ranked)} layouts do not fit 80 GB.",
     ])
@@ -128,5 +132,7 @@ def run_findings(p: Plan) -> Findings:
         f"Failures take **{run.waste:.1%}** of the run, though the job fails every **{run.job_mtbf_h:.0f} h**: "
         "saving often keeps what each one loses small.",
     ], [
-        f"A save every {run.interval_s / 60:.0f} minutes; without failures the run would take {run.days:.1f} days.",
+        f"A save every {run.interval_s / 60:.0f} minutes, $\\sqrt{{2\\delta \\cdot \\text{{MTBF}}}}$ for a save that "
+        f"stalls training $\\delta = {run.save_s:g}$ s.",
+        f"Without failures the run would take {run.days:.1f} days.",
     ])
