@@ -21,7 +21,9 @@ function. Every call of a learner's code goes through labtools.learner (a time b
 
 import copy
 import html
+import linecache
 import math
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -79,10 +81,30 @@ def attempt(fn: Callable, *args, case: str = "", hint: str = "", seconds: float 
     try:
         with time_bound(seconds):
             return Attempt(fn(*args))
-    except NotImplementedError:
-        return Attempt(outcome=Outcome("not written", NOT_WRITTEN))
+    except NotImplementedError as e:
+        if _raised_in(e, whose or fn):  # the stub's own raise: "not written yet"
+            return Attempt(outcome=Outcome("not written", NOT_WRITTEN))
+        return Attempt(outcome=failed(case, failure(e, whose or fn), hint))  # torch's, for an unsupported dtype
     except LEARNER_ERRORS as e:  # the learner's error, exit or endless loop becomes a message
         return Attempt(outcome=failed(case, failure(e, whose or fn), hint))
+
+
+def _raised_in(error: BaseException, learner) -> bool:
+    """Whether the error was raised by the learner's own code (a function, or a class's methods), not by a library
+    it called: torch raises NotImplementedError too (an operation a dtype does not support)."""
+    tb, last = error.__traceback__, None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    if last is None:
+        return False
+    members = vars(learner).values() if isinstance(learner, type) else [learner]
+    codes = {getattr(getattr(m, "__func__", m), "__code__", None) for m in members} - {None}
+    if last.tb_frame.f_code not in codes:
+        return False
+    line = linecache.getline(last.tb_frame.f_code.co_filename, last.tb_lineno).strip()
+    if line:  # a raise statement of theirs, or a call into torch that raised from C on this line
+        return line.startswith("raise")
+    return not error.args  # no source to read: the stub's bare raise carries no message, torch's does
 
 
 def failed(case: str, message: str, hint: str = "") -> Outcome:
@@ -103,7 +125,18 @@ def launch_yours(rank_fn, world: int, job, *, desc: str, timeout_s: float, hint:
             at = f" (rank {r} was at line {line})"
         return Outcome("fail", f"your code did not finish in {e.seconds:.0f} s on {world} ranks{at} — hint: {hint}")
     except RankFailed as e:
-        return Outcome("fail", f"on {world} ranks the run stopped: {e.error.splitlines()[0][:200]}")
+        return Outcome("fail", f"on {world} ranks the run stopped: {rank_failure(e)}")
+
+
+def rank_failure(e) -> str:
+    """A failed rank in a few words: how it ended, and for a library's fatal error (no Python traceback) what the
+    library printed last ("received data size doesn't match expected size"), without its source paths."""
+    first = e.error.splitlines()[0][:200]
+    said = next((ln.split("what():", 1)[1] for ln in reversed((e.logs or "").splitlines()) if "what():" in ln), "")
+    said = re.sub(r"\[[^\]]*\]\s*", "", said).strip()[:240]
+    if not said:
+        return first
+    return first.replace("; its last output below says which", "") + f": it said “{said}”"
 
 
 def show_solution(exercise) -> None:
@@ -193,7 +226,8 @@ def difference(a, b) -> float:
     if isinstance(b, torch.Tensor) and b.ndim == 0 and isinstance(a, (int, float)) and not isinstance(a, bool):
         b = b.item()
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape:
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape \
+                or _kind(a) != _kind(b):
             return math.inf
         return (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
     if isinstance(a, dict) and isinstance(b, dict):
@@ -203,6 +237,11 @@ def difference(a, b) -> float:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
         return abs(a - b)
     return 0.0 if a == b else math.inf
+
+
+def _kind(t: torch.Tensor) -> str:
+    """A tensor's kind of number: a mask, whole numbers (indices) or floats; its precision aside."""
+    return "bool" if t.dtype == torch.bool else "float" if t.is_floating_point() or t.is_complex() else "int"
 
 
 def _short(x, unit: str = "") -> str:
@@ -291,6 +330,9 @@ def _where(got, expected, noun: str = "output", unit: str = "") -> str:
         i = max(range(len(expected)), key=lambda k: difference(got[k], expected[k]))
         inner = _where(got[i], expected[i], "item", unit)
         return inner if len(expected) == 1 else f"{noun} {i + 1} of {len(expected)}: {inner}"
+    if isinstance(got, torch.Tensor) and isinstance(expected, torch.Tensor) and _kind(got) != _kind(expected):
+        names = {"bool": "a mask (bool)", "int": "whole numbers (an integer dtype)", "float": "floats"}
+        return f"expected {names[_kind(expected)]} ({expected.dtype}), got {names[_kind(got)]} ({got.dtype})"
     if isinstance(got, torch.Tensor) and isinstance(expected, torch.Tensor) and got.shape == expected.shape \
             and got.numel() > 6:  # too long to print: the entry that differs most, where it is
         gap = (got.double() - expected.double()).abs().nan_to_num(nan=math.inf)

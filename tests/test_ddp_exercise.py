@@ -40,6 +40,12 @@ MISTAKES = {
         ("            self.works.append((i, flat, dist.all_reduce(flat, async_op=True)))",
          "            self.works.append((i, flat, None))"),
         ("            work.wait()", "            dist.all_reduce(flat)")], "overlaps the rest of backward"),
+    "an all-reduce that blocks in the hook": ([
+        ("            self.works.append((i, flat, dist.all_reduce(flat, async_op=True)))",
+         "            dist.all_reduce(flat)\n            self.works.append((i, flat, None))"),
+        ("            work.wait()", "            pass")], "made backward wait"),
+    "the mean never put back": ([("                p.grad.copy_(g.view_as(p))", "                pass")],
+                                "put the mean back into every p.grad"),
 }
 
 

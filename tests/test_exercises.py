@@ -642,3 +642,92 @@ def test_a_failure_on_a_long_tensor_names_the_entry_that_differs_most():
 
     out = check(mine, lambda x: x.clone(), [Case("a 4 x 2 tensor", (torch.zeros(4, 2),))])
     assert out.status == "fail" and "entry [2, 1] differs most: expected 0.0, got 5.0" in out.message, out.message
+
+
+def test_mistakes_a_learner_made_that_the_checks_once_passed_or_misnamed():
+    """Found by trying plausible wrong answers on every exercise: each is refused now, with the hint that names it."""
+    import torch.nn.functional as F
+
+    from lessons.mixture_of_experts import router_exercise
+    from lessons.plan_a_run import memory_exercise
+    from lessons.training_loop import adamw_exercise
+
+    def kept_as_int(logits, k, capacity):  # the right routing, its mask as 0/1 integers: indexing breaks later
+        expert, gate, kept = router_exercise.reference(logits, k, capacity)[:3]
+        return expert, gate, kept.long()
+
+    out = router_exercise.check_route(kept_as_int)
+    assert out.status == "fail" and "expected a mask (bool) (torch.bool), got whole numbers" in out.message, \
+        out.message
+
+    def counts_in_float(logits, k, capacity):  # torch's own NotImplementedError: not the stub's
+        T, E = logits.shape
+        return logits.topk(k, dim=-1)[1], F.softmax(logits, -1).topk(k, dim=-1)[0], \
+            torch.bincount(logits.argmax(-1).float(), minlength=E) > 0
+
+    out = router_exercise.check_route(counts_in_float)
+    assert out.status == "fail" and "NotImplementedError" in out.message and "not written" not in out.message, \
+        out.message
+
+    def decay_after_the_update(p, g, m, v, t, lr, beta1, beta2, eps, weight_decay):
+        m, v = beta1 * m + (1 - beta1) * g, beta2 * v + (1 - beta2) * g * g
+        p = p - lr * (m / (1 - beta1**t)) / ((v / (1 - beta2**t)).sqrt() + eps)
+        return p * (1 - lr * weight_decay), m, v
+
+    out = adamw_exercise.check_step(decay_after_the_update)
+    assert out.status == "fail" and "a large rate and decay" in out.message and "before this step" in out.message
+
+    def forgets_pp(n_params, layout, zero_stage):
+        per_gpu, replicas = n_params / layout.tp, layout.dp * layout.cp
+        states = 2 * per_gpu + 2 * per_gpu / (replicas if zero_stage >= 2 else 1) \
+            + 12 * per_gpu / (replicas if zero_stage >= 1 else 1)
+        return states / (replicas if zero_stage >= 3 else 1) if zero_stage >= 3 else states
+
+    out = memory_exercise.check_model_states(forgets_pp)
+    assert out.status == "fail" and "tp 8 × pp 4" in out.message and "tp · pp" in out.message, out.message
+
+
+def test_lesson_14_says_whether_out_or_lse_differs_and_names_the_lse_mistake():
+    from lessons.context_parallel import merge_exercise
+
+    def lse_as_max(out1, lse1, out2, lse2):
+        out, _ = merge_exercise.reference(out1, lse1, out2, lse2)
+        return out, torch.maximum(lse1, lse2)
+
+    out = merge_exercise.check_merge(lse_as_max)
+    assert out.status == "fail" and "your out is right but your lse differs" in out.message
+    assert "neither their sum nor their maximum" in out.message
+
+
+def test_lesson_11_a_save_without_fsync_and_one_that_renames_an_unflushed_file_are_refused(tmp_path):
+    from lessons.fault_tolerance import save_exercise
+    from learner_files import load
+
+    no_fsync = load(tmp_path, "import os\n\ndef no_fsync(path, data):\n    tmp = path + '.tmp'\n"
+                              "    with open(tmp, 'wb') as f:\n        f.write(data)\n    os.replace(tmp, path)\n",
+                    "no_fsync")
+    out = save_exercise.check_save(no_fsync, tmp_path / "a", kills=0)
+    assert out.status == "fail" and "never calls os.fsync" in out.message and "power cut" in out.message
+
+    unflushed = load(tmp_path, "import os\n\ndef unflushed(path, data):\n    tmp = path + '.tmp'\n"
+                               "    f = open(tmp, 'wb')\n    f.write(data)\n    os.fsync(f.fileno())\n"
+                               "    os.replace(tmp, path)\n", "unflushed")
+    out = save_exercise.check_save(unflushed, tmp_path / "b", kills=0)
+    assert out.status == "fail" and "renamed a file onto it" in out.message and "buffer" in out.message, out.message
+
+
+def test_lessons_12_and_13_name_the_mistake_a_wrong_count_matches():
+    from lessons.compute_budget import flops_exercise
+    from lessons.profiling import intensity_exercise
+
+    counts = [{"shape": (2, 64, 4, 64), "vocab": 96, "train": flops_exercise.reference(2, 64, 96, 64)}]
+    out = flops_exercise.check_flops(lambda L, h, V, s: 2 * (12 * L * h * h + V * h) + 4 * L * s * h, counts)
+    assert out.status == "fail" and "a forward pass only" in out.message, out.message
+    out = flops_exercise.check_flops(lambda L, h, V, s: 6 * (12 * L * h * h + V * h) + 12 * L * s * s * h, counts)
+    assert "not s²" in out.message, out.message
+    roof = {"ops": [{"name": "mm", "shapes": "64×128 · 128×256",
+                     "intensity": intensity_exercise.reference(64, 128, 256, 4)}], "ridge": 1.0}
+    out = intensity_exercise.check_intensity(lambda m, k, n, b: 2 * m * k * n / (m * k + k * n + m * n), roof)
+    assert out.status == "fail" and "bytes, not elements" in out.message, out.message
+    out = intensity_exercise.check_intensity(lambda m, k, n, b: b * (m * k + k * n + m * n) / (2 * m * k * n), roof)
+    assert "not bytes per FLOP" in out.message, out.message

@@ -45,6 +45,8 @@ MISTAKES = {
                                   "        if True:\n            torch.nn.utils", "fp16"),
     "the scale never grows": ("scale, clean = scale * 2, 0", "clean = 0", "the scale grows"),
     "the scale never backs off": ("scale /= 2", "pass", "fp16"),
+    "the clean count not restarted after an overflow": ("clean = clean + 1 if finite else 0", "clean = clean + 1",
+                                                        "counted again"),
 }
 
 

@@ -40,7 +40,18 @@ MISTAKES = {
                                        "        everything = self._flat([p.detach() for p in self.params])\n"
                                        "        everything[self.r * self.shard:(self.r + 1) * self.shard] = theta")],
                                      "all-gather the shards"),
-    "no weight decay": ([("theta * (1 - self.lr * self.wd)", "theta")], "decay is decoupled"),
+    "no weight decay": ([("theta * (1 - self.lr * self.wd)", "theta")], "decay the weights themselves"),
+    "an all-reduce, then its slice": ([("        dist.reduce_scatter_tensor(grad, self._flat([p.grad for p in self.params]))"
+                                        "  # my shard, summed",
+                                        "        full = self._flat([p.grad for p in self.params])\n"
+                                        "        dist.all_reduce(full)\n"
+                                        "        grad = full[self.r * self.shard:(self.r + 1) * self.shard]")],
+                                      "all_reduce is not allowed"),
+    "no padding": ([("self.shard = math.ceil(total / self.n)", "self.shard = total // self.n"),
+                    ("self.pad = self.shard * self.n - total", "self.pad = 0")], "line"),
+    "the step counted after the update": ([("        self.t += 1\n", ""),
+                                           ("        everything = torch.empty", "        self.t += 1\n"
+                                            "        everything = torch.empty")], "count the step"),
     "moments kept whole": ([('self.state = {"exp_avg": torch.zeros(self.shard), "exp_avg_sq": torch.zeros(self.shard)}',
                              'self.state = {"exp_avg": torch.zeros(self.shard), "exp_avg_sq": torch.zeros(self.shard),'
                              ' "copy": torch.zeros(self.shard * self.n * 2)}')], "its own shard only"),

@@ -16,6 +16,12 @@ HINT = ("the two outputs are not an equal average: each is normalised over its o
         "with its block's share of the total exp-sum, and the lse returned is that of all the keys")
 
 
+LSE_HINT = ("the lse of all the keys is the log of the sum of the blocks' exp-sums, log(e^lse1 + e^lse2): neither "
+            "their sum nor their maximum")
+GRAD_HINT = ("a part of your merge that autograd cannot see: a weight taken with .detach(), .item() or torch.no_grad() "
+             "leaves the value right but cuts the gradient of lse, which the keys' gradients flow through")
+
+
 reference = merge  # the lab's own merge, which ring attention uses: the solution shown is its source
 
 
@@ -73,9 +79,13 @@ def check_merge(fn, S=None) -> Outcome:
         if got[0].shape != c["expected"][0].shape or got[1].shape != c["expected"][1].shape:
             return failed(c["case"], f"shapes {tuple(got[0].shape)} and {tuple(got[1].shape)}, expected "
                                      f"{tuple(c['expected'][0].shape)} and {tuple(c['expected'][1].shape)}")
-        d = max((a - b).abs().max().item() / max(1.0, b.abs().max().item()) if torch.isfinite(a).all() else math.inf
-                for a, b in zip(got, c["expected"]))  # relative to the largest value: lse runs to hundreds
-        results.append({"case": c["case"], "difference": d, "hint": c["hint"]})
+        d_out, d_lse = ((a - b).abs().max().item() / max(1.0, b.abs().max().item()) if torch.isfinite(a).all()
+                        else math.inf for a, b in zip(got, c["expected"]))  # relative: lse runs to hundreds
+        if d_out <= 1e-5 < d_lse:  # the output right, the lse not: say which, and why
+            return failed(c["case"], f"your out is right but your lse differs by a relative {d_lse:.1e}", LSE_HINT)
+        if d_lse <= 1e-5 < d_out:
+            return failed(c["case"], f"your lse is right but your out differs by a relative {d_out:.1e}", c["hint"])
+        results.append({"case": c["case"], "difference": max(d_out, d_lse), "hint": c["hint"]})
     verdict = outcome(results, tol=1e-5, what="your merge", reference="attention over all the keys at once",
                       relative=True)
     if not verdict.passed or S is None:
@@ -104,8 +114,11 @@ def _on_ranks(fn, S, verdict: Outcome) -> Outcome:
         return Outcome("fail", f"inside ring attention on {RANKS} ranks: {failed}")
     worst = max(r.difference for r in res)
     if worst > 1e-5:
-        return Outcome("fail", f"inside ring attention on {RANKS} ranks the output or gradients differ from one "
-                               f"process's by {worst:.1e} — hint: {HINT}", worst)
+        if max(r.output_difference for r in res) <= 1e-5:  # the value right, its gradient not
+            return Outcome("fail", f"inside ring attention on {RANKS} ranks your merge's output is right but the "
+                                   f"gradients differ from one process's by {worst:.1e} — hint: {GRAD_HINT}", worst)
+        return Outcome("fail", f"inside ring attention on {RANKS} ranks the output differs from one process's by "
+                               f"{worst:.1e} — hint: {HINT}", worst)
     return Outcome("pass", f"{verdict.message}; inside ring attention on {RANKS} real ranks, its output and "
                            f"gradients equal one process's to {worst:.0e}", worst)
 

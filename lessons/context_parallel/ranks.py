@@ -227,6 +227,7 @@ class MergeCheck:
     """The learner's merge inside ring attention on this rank: how far from one process, or where it failed."""
     difference: float | None = None   # largest |difference| of the output and gradients, both layouts
     error: str | None = None          # where the learner's code failed (then no difference)
+    output_difference: float | None = None  # ... of the output alone
 
 
 def merge_on_ranks(job: MergeJob) -> MergeCheck:
@@ -237,7 +238,7 @@ def merge_on_ranks(job: MergeJob) -> MergeCheck:
         fn = load_function(job.source, job.name, {"torch": torch})
     except Exception as e:  # noqa: BLE001 - the learner's cell does not compile: say so, on every rank alike
         return MergeCheck(error=where_it_failed(e, f"<your {job.name}>", job.source))
-    ref, worst = reference(job), 0.0
+    ref, worst, worst_out = reference(job), 0.0, 0.0
     for layout in LAYOUTS:
         q, k, v, R = tensors(job)
         pos = positions(job.seq, world_size(), rank(), layout)
@@ -259,4 +260,5 @@ def merge_on_ranks(job: MergeJob) -> MergeCheck:
             return MergeCheck(error=f"no gradient reached {names} through your merge: its output is cut from "
                                     "autograd (torch.no_grad(), .detach() or .item() inside it)")
         worst = max([worst] + [(got[key] - ref[key][..., pos, :]).abs().max().item() for key in got])
-    return MergeCheck(difference=worst)
+        worst_out = max(worst_out, (got["out"] - ref["out"][..., pos, :]).abs().max().item())
+    return MergeCheck(difference=worst, output_difference=worst_out)

@@ -44,6 +44,8 @@ class DDPCase:
     summed: bool = False                    # yours are DDP's times the number of ranks: a sum, not a mean
     calls: int = 0                          # all-reduces you started in one step
     during_backward: int = 0                # ... of them, before backward returned
+    blocking: int = 0                       # ... of those, without async_op=True: backward waited for each
+    same_weights: bool = True               # after wrapping, this rank held rank 0's weights
     error: str = ""
 
 
@@ -57,11 +59,12 @@ class _CountingDist:
     backward ran)."""
 
     def __init__(self):
-        self.calls, self.in_backward, self.during_backward = 0, False, 0
+        self.calls, self.in_backward, self.during_backward, self.blocking = 0, False, 0, 0
 
     def all_reduce(self, tensor, *args, **kwargs):
         self.calls += 1
         self.during_backward += self.in_backward
+        self.blocking += self.in_backward and not kwargs.get("async_op", args[2] if len(args) > 2 else False)
         return dist.all_reduce(tensor, *args, **kwargs)
 
     def __getattr__(self, name):
@@ -102,10 +105,11 @@ def ddp_exercise(job: DDPJob) -> DDPExerciseResult:
             with time_bound(bound):
                 model = build_gpt(replace(S, seed=S.seed + r))  # each rank starts elsewhere: rank 0's must win
                 mine = cls(model, int(cap * 2**20))
+                same = all(torch.equal(p, q) for p, q in zip(model.parameters(), theirs.module.parameters()))
                 buckets = [sum(p.numel() * p.element_size() for p in b) for b in mine.buckets]
                 grads = []
                 for _ in range(2):
-                    counting.calls = counting.during_backward = 0
+                    counting.calls = counting.during_backward = counting.blocking = 0
                     counting.in_backward = True
                     mine(X[rows], Y[rows])[1].backward()
                     counting.in_backward = False
@@ -119,7 +123,8 @@ def ddp_exercise(job: DDPJob) -> DDPExerciseResult:
         difference = max(_relative(g, t) for g, t in zip(grads, torch_grads))
         summed = max(_relative([x / n for x in g], t) for g, t in zip(grads, torch_grads)) <= TOL
         cases.append(replace(case, buckets=buckets, ddp_buckets=counter.bucket_bytes, difference=difference,
-                             summed=summed, calls=counting.calls, during_backward=counting.during_backward))
+                             summed=summed, calls=counting.calls, during_backward=counting.during_backward,
+                             blocking=counting.blocking, same_weights=same))
     return DDPExerciseResult(cases)
 
 
@@ -150,7 +155,9 @@ def check(fn, S: Settings) -> Outcome:
         if not worst <= TOL:
             hint = ("each rank must end with the mean of the ranks' gradients: the all-reduce gives their sum" if
                     all(c.summed for c in mine) else "every rank must start from rank 0's weights: broadcast them "
-                    "when the model is wrapped, or each rank computes gradients of a different model")
+                    "when the model is wrapped, or each rank computes gradients of a different model"
+                    if not all(c.same_weights for c in mine) else "the all-reduce works on the flat copy of a "
+                    "bucket: after waiting for it, put the mean back into every p.grad")
             return failed(case.case, f"your gradients differ from DDP's by a relative {worst:.1e} (allowed "
                                      f"{TOL:.0e})", hint)
         if case.calls != len(case.ddp_buckets):
@@ -160,6 +167,10 @@ def check(fn, S: Settings) -> Outcome:
             return failed(case.case, f"{case.calls - case.during_backward} of your {case.calls} all-reduces started "
                                      "after backward had finished", "start a bucket's all-reduce from a gradient hook "
                                      "the moment its last gradient is ready, so that it overlaps the rest of backward")
+        if case.blocking:
+            return failed(case.case, f"{case.blocking} of your {case.calls} all-reduces made backward wait until "
+                                     "each had finished", "start each with async_op=True and wait for the work it "
+                                     "returns in finish(): only then does communication overlap the rest of backward")
     counts = ", ".join(str(len(c.ddp_buckets)) for c in res[0].cases)
     return Outcome("pass", f"your DDP matches DistributedDataParallel on {WORLD} ranks at {len(CAPS_MB)} bucket sizes "
                            f"({counts} buckets): the same buckets, the same gradients (largest relative difference "

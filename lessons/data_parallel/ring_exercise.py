@@ -6,7 +6,7 @@ import inspect
 import re
 
 
-from labtools.exercises import NOT_WRITTEN, Outcome, outcome
+from labtools.exercises import NOT_WRITTEN, Outcome, outcome, rank_failure
 from labtools.learner import is_stub, source_of
 from labtools.layout import collective_bytes
 from labtools.parallel import RankFailed, RunTimedOut, launch
@@ -50,8 +50,11 @@ def check(fn, S: Settings) -> Outcome:
                                    + _where(e.where, job.source) + " — hint: a loop whose counter never moves, or a "
                                    "rank waiting for a message its neighbour never sends")
         except RankFailed as e:
-            return Outcome("fail", f"on {world} ranks the run stopped: {e.error.splitlines()[0][:200]} — hint: every "
-                                   "rank must call exchange() the same number of times, 2(n − 1), in the same order")
+            hint = ("the two ranks of an exchange() disagree on the chunk: the one a rank sends is the one its "
+                    "neighbour receives into. At step s of the reduce-scatter rank r sends chunk (r − s) mod n and "
+                    "adds the arriving one into chunk (r − s − 1) mod n" if "size doesn't match" in (e.logs or "")
+                    else "every rank must call exchange() the same number of times, 2(n − 1), in the same order")
+            return Outcome("fail", f"on {world} ranks the run stopped: {rank_failure(e)} — hint: {hint}")
         per_case = [max((r.cases[i] for r in res if i < len(r.cases)), key=_badness)
                     for i in range(max(len(r.cases) for r in res))]
         verdict = outcome([dataclasses.asdict(c) for c in per_case], tol=1e-6, what="your ring",

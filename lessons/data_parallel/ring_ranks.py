@@ -96,7 +96,13 @@ class _ExerciseDist:
         raise AttributeError(f"dist.{name} is not part of this exercise: pass chunks around the ring with exchange()")
 
 
-def _ring_hint(x: torch.Tensor, want: torch.Tensor, n: int) -> str:
+def _ring_hint(x: torch.Tensor, want: torch.Tensor, n: int, before: torch.Tensor, returned) -> str:
+    in_place = ("the sum must be written into x itself: tensor_split gives views of x, so add into them and copy "
+                "into them in place (+=, .copy_()); `chunks[i] = chunks[i] + …` makes a new tensor that x never sees")
+    if isinstance(returned, torch.Tensor) and returned.shape == want.shape and torch.allclose(returned, want):
+        return f"your function returned the sum, but x still holds the old values: {in_place}"
+    if torch.equal(x, before):
+        return f"x is as it was before the call: {in_place}"
     right = sum(torch.equal(a, b) for a, b in zip(x.tensor_split(n), want.tensor_split(n)))
     if right == 1:
         return ("one chunk is right, the others are not: after the reduce-scatter each rank holds the full sum of one "
@@ -147,8 +153,9 @@ def ring_exercise(job: RingExercise) -> RingExerciseResult:
                         ring_sent=ring_sent(size, n, r, x.element_size()))
         try:
             deadline = time.monotonic() + bound
+            before = x.clone()
             with guard, time_bound(bound):
-                fn(x, exchange)
+                returned = fn(x, exchange)
         except LEARNER_ERRORS as e:  # reported as the learner's line, not a traceback or an exit
             error = where_it_failed(e, f"<your {job.name}>", job.source)
             hint = ("check that every loop's counter moves, and that every rank calls exchange() the same number of "
@@ -156,7 +163,8 @@ def ring_exercise(job: RingExercise) -> RingExerciseResult:
             cases.append(replace(case, error=f"rank {r}: {error}", waiting="exchange()" in str(e), hint=hint))
             break  # the peers may now wait for this rank: their own bound, or the collective timeout, ends them
         diff = (x - want).abs().max().item() if size else 0.0
-        cases.append(replace(case, difference=diff, sent=sent, hint=_ring_hint(x, want, n) if diff else ""))
+        cases.append(replace(case, difference=diff, sent=sent,
+                             hint=_ring_hint(x, want, n, before, returned) if diff else ""))
     if job.settings is None or any(c.error or c.difference > 1e-6 for c in cases):
         return RingExerciseResult(cases)
 

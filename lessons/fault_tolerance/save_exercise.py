@@ -66,6 +66,12 @@ OP_HINTS = {"open": "your save rewrites the checkpoint itself: from the moment i
             "os.remove": "your save removes the old checkpoint before the new one is in place: a crash in between "
             "leaves none. os.replace puts the new file in the old one's place in one step"}
 WRITING = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND
+FSYNC_HINT = ("a killed process loses nothing the operating system holds, so these kills cannot show it, but after "
+              "a power cut the new name can point at bytes never written to disk: flush the file and os.fsync it, "
+              "then rename")
+UNWRITTEN_HINT = ("the new file took the checkpoint's name before its bytes were written: close (or flush) the "
+                  "file before renaming it, or a kill leaves what is still in the buffer unwritten")
+SMALL = 100  # bytes of a version in the kills right after a step: small enough to sit in a file's buffer
 
 
 def _touches(event: str, args: tuple, target: str) -> bool:
@@ -97,6 +103,11 @@ class _Tracer:
         if len(self.ops) == self.kill_after:
             sys.setprofile(self._kill_next)
 
+    def watch(self, frame, event, arg) -> None:
+        """While a traced save runs: note each os.fsync among the operations, in order."""
+        if event == "c_call" and arg is os.fsync:
+            self.ops.append("fsync")
+
     def _kill_next(self, frame, event, arg) -> None:
         if frame.f_code is self.hook.__code__ or (event == "c_return" and arg is sys.setprofile):
             return  # the audit hook returning, before the operation has run
@@ -116,7 +127,10 @@ def save_loop(source: str, name: str, path: str, size: int, kill_after: int | No
     while True:
         v += 1
         tracer.on = v == 2
+        if trace and tracer.on:
+            sys.setprofile(tracer.watch)
         fn(path, version(v, size))
+        sys.setprofile(None)
         tracer.on = False
         if trace and v == 2:
             Path(trace).write_text(json.dumps(tracer.ops))
@@ -164,9 +178,10 @@ def _child(fn, directory: Path, size: int, rng: random.Random, kill_after: int |
 
 
 def check_save(fn, workdir, size: int = 4 * 2**20, kills: int = 3, seed: int = 0) -> Outcome:
-    """Your save, first run here (the file must hold what was saved); then in a child that saves `size`-byte versions
-    over and over, SIGKILLed right after each step of a save that touches the file (opening it for writing,
-    removing or renaming it), one child per step; then `kills` times at a random moment."""
+    """Your save, first run here (the file must hold what was saved); then in a child that saves versions over and
+    over, SIGKILLed right after each step of a save that touches the file (opening it for writing, removing or
+    renaming it; SMALL-byte versions, one child per step), then `kills` times at a random moment (`size`-byte
+    versions); last, whether it fsyncs the new file before renaming it (which no kill of a process can show)."""
     if is_stub(fn):  # said before any work: the reference's save below writes to workdir
         return Outcome("not written", NOT_WRITTEN)
     try:
@@ -197,14 +212,14 @@ def check_save(fn, workdir, size: int = 4 * 2**20, kills: int = 3, seed: int = 0
     if traced["ops"] is None:
         return failed("a save in a child process", f"the saving process stopped (exit code {traced['exitcode']}) "
                                                    "in its second save: run your function twice in a cell to see why")
-    ops = traced["ops"]
-    for k, op in enumerate(ops, 1):
-        r = _child(fn, base / f"after-{k}", size, rng, kill_after=k)
+    ops = [op for op in traced["ops"] if op != "fsync"]
+    for k, op in enumerate(ops, 1):  # small versions: a write still in a buffer shows, not only one under way
+        r = _child(fn, base / f"after-{k}", SMALL, rng, kill_after=k)
         name = f"SIGKILL right after your save {OPS[op]} (step {k} of {len(ops)} that touch the file)"
         if "error" in r:
             return failed(name, r["error"])
         if not r.get("whole"):
-            return failed(name, f"the kill left {r['left']}", OP_HINTS.get(op, HINT))
+            return failed(name, f"the kill left {r['left']}", OP_HINTS.get(op, UNWRITTEN_HINT))
     for k in range(kills):
         r = _child(fn, base / f"random-{k}", size, rng)
         name = f"SIGKILL {k + 1} of {kills} at a random moment"
@@ -212,6 +227,11 @@ def check_save(fn, workdir, size: int = 4 * 2**20, kills: int = 3, seed: int = 0
             return failed(name, r["error"])
         if not r.get("whole"):
             return failed(name, f"the kill left {r['left']}", HINT)
+    renamed = traced["ops"].index("os.rename") if "os.rename" in traced["ops"] else len(traced["ops"])
+    if "fsync" not in traced["ops"][:renamed]:  # last: what no kill of a process can show
+        return failed("a save in a child process", "every kill left a whole version, but your save never calls "
+                                                   "os.fsync on the new file before it takes the checkpoint's name",
+                      FSYNC_HINT)
     steps = "its one step" if len(ops) == 1 else f"each of its {len(ops)} steps"
     touch = "touches" if len(ops) == 1 else "touch"
     return Outcome("pass", f"your save wrote what it was given, and every SIGKILL, right after {steps} that {touch} "

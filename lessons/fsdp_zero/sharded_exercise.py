@@ -67,6 +67,22 @@ def gradients(params: list[torch.Tensor], r: int, t: int) -> list[torch.Tensor]:
     return [1e-2 * torch.randn(p.shape, generator=g) for p in params]
 
 
+class _ReduceScatterOnly:
+    """torch.distributed for the learner's class, without all_reduce: ZeRO's gradient step is a reduce-scatter."""
+
+    def all_reduce(self, *args, **kwargs):
+        raise RuntimeError("all_reduce is not allowed here: it hands every rank every shard's sum, twice the bytes "
+                           "of a reduce-scatter, which hands each rank its own shard only")
+
+    def __getattr__(self, name):
+        return getattr(dist, name)
+
+
+def _params(model) -> list[torch.Tensor]:
+    """The model's parameters and a 3-number one: an odd total, so that the last shard needs padding on two ranks."""
+    return list(model.parameters()) + [torch.nn.Parameter(torch.zeros(3))]
+
+
 def sharded_exercise(job: ShardedJob) -> ShardedResult:
     """On every rank: the reference (all-reduced gradients, torch's AdamW on everything) and the learner's class
     (each rank starting from the same weights), STEPS steps on this rank's gradients; compare weights, this rank's
@@ -74,30 +90,30 @@ def sharded_exercise(job: ShardedJob) -> ShardedResult:
     S, r, n = job.settings, rank(), world_size()
     case = ShardedCase(f"{STEPS} steps on {n} ranks")
     try:
-        cls = load_function(job.source, job.name, {"torch": torch, "dist": dist, "math": math})
+        cls = load_function(job.source, job.name, {"torch": torch, "dist": _ReduceScatterOnly(), "math": math})
     except Exception as e:  # noqa: BLE001 - the learner's cell does not compile: said on every rank alike
         return ShardedResult([replace(case, case="your cell", error=where_it_failed(e, f"<your {job.name}>"))])
     start = time.perf_counter()
-    reference = build_gpt(S)
-    adamw = torch.optim.AdamW(reference.parameters(), **HYPER)
+    reference = _params(build_gpt(S))
+    adamw = torch.optim.AdamW(reference, **HYPER)
     for t in range(STEPS):
-        for p, grad in zip(reference.parameters(), gradients(list(reference.parameters()), r, t)):
+        for p, grad in zip(reference, gradients(reference, r, t)):
             dist.all_reduce(grad)
             p.grad = grad / n
         adamw.step()
         adamw.zero_grad(set_to_none=True)
     bound = bound_for(time.perf_counter() - start)
-    P = sum(p.numel() for p in reference.parameters())
+    P = sum(p.numel() for p in reference)
     shard = math.ceil(P / n)
-    moments = [_flat(adamw.state[p][k] for p in reference.parameters()) for k in ("exp_avg", "exp_avg_sq")]
+    moments = [_flat(adamw.state[p][k] for p in reference) for k in ("exp_avg", "exp_avg_sq")]
     lo, hi = r * shard, min((r + 1) * shard, P)
 
-    model = build_gpt(S)
+    model = _params(build_gpt(S))
     try:
         with time_bound(bound):
-            mine = cls(list(model.parameters()), **HYPER)
+            mine = cls(model, **HYPER)
             for t in range(STEPS):
-                for p, grad in zip(model.parameters(), gradients(list(model.parameters()), r, t)):
+                for p, grad in zip(model, gradients(model, r, t)):
                     p.grad = grad
                 mine.step()
                 mine.zero_grad()
@@ -105,7 +121,7 @@ def sharded_exercise(job: ShardedJob) -> ShardedResult:
     except LEARNER_ERRORS as e:
         return ShardedResult([replace(case, error=f"rank {r}: {where_it_failed(e, f'<your {job.name}>', job.source)}")])
     kept = sum(t.numel() * t.element_size() for t in state.values() if isinstance(t, torch.Tensor))
-    gap = (_flat(model.parameters()) - _flat(reference.parameters())).abs() / HYPER["lr"]
+    gap = (_flat(model) - _flat(reference)).abs() / HYPER["lr"]
     weights, own = gap.max().item(), gap[lo:hi].max().item() if hi > lo else 0.0
     theirs = [state.get(k) for k in ("exp_avg", "exp_avg_sq")]
     if all(isinstance(t, torch.Tensor) and t.numel() >= hi - lo for t in theirs):
@@ -152,13 +168,18 @@ def check(fn, S: Settings) -> Outcome:
                       hint)
     worst = max(c.weights for c in cases)
     if not worst <= STEP_TOL:
-        if all(c.own_weights <= STEP_TOL for c in cases):
+        if math.isnan(worst):
+            hint = ("bias correction divides by 1 − β^t, which is 0 at t = 0: count the step, from 1, before you use "
+                    "it")
+        elif all(c.own_weights <= STEP_TOL for c in cases):
             hint = "each rank updated its own shard, but the others never saw it: all-gather the shards after the update"
         elif max(c.own_weights for c in cases) > 10:
             hint = ("a rank's shard of the weights must be the same numbers as its shard of the gradient: r·⌈P/N⌉ to "
                     "(r+1)·⌈P/N⌉ of the flat vector")
         else:
-            hint = "AdamW's decay is decoupled, on the weights themselves: θ ← θ·(1 − lr·λ) − lr·m̂ / (√v̂ + ε)"
+            hint = ("your moments are right, so the update is not: bias-correct both moments, m̂ = m/(1 − β1^t) and "
+                    "v̂ = v/(1 − β2^t), put ε outside the root, and decay the weights themselves, "
+                    "θ ← θ·(1 − lr·λ) − lr·m̂ / (√v̂ + ε)")
         return failed(name, f"your weights differ from torch's AdamW by {worst:.2g} learning rates (allowed "
                             f"{STEP_TOL:g})", hint)
     fat = [c for c in cases if c.state_bytes > c.shard_bytes]

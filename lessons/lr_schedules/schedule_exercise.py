@@ -9,7 +9,9 @@ from lessons.lr_schedules import Settings, train_run
 
 CASES = [
     Case("step 0", (0, 10, 100, 0.1), hint="the warm-up starts from 0: step / warmup"),
-    Case("half-way through the warm-up", (5, 10, 100, 0.1)),
+    Case("half-way through the warm-up", (5, 10, 100, 0.1),
+         hint="the warm-up rises in a straight line through every step, 0.5 half-way: a fraction, so divide with /, "
+              "not //"),
     Case("the end of the warm-up", (10, 10, 100, 0.1), hint="at step = warmup the multiplier is 1, the peak"),
     Case("half-way through the decay", (55, 10, 100, 0.1),
          hint="progress p = (step − warmup) / (total − warmup); cosine: m + (1 − m)·(1 + cos πp)/2"),

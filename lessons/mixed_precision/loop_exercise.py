@@ -71,6 +71,10 @@ CASES = [
     LoopCase("fp16, the scale overflows", "SGD", 1, 1.0, "fp16", init_scale=2.0**21, steps=6,
              hint="a step whose gradients hold an inf or nan is skipped (no optimizer step) and the scale "
                   "halves; counting clean steps starts again"),
+    LoopCase("fp16, grown into an overflow and counted again", "SGD", 1, 1.0, "fp16", init_scale=2.0**18,
+             growth_interval=2, steps=8,
+             hint="after an overflow the count of clean steps starts again from zero: growth waits for "
+                  "growth_interval clean steps in a row, not for that many clean steps in all"),
 ]
 
 
@@ -132,7 +136,7 @@ def _first_difference(mine, lab) -> tuple[str, float]:
 
 
 def check_loop(fn) -> Outcome:
-    """Your loop against labtools.train.train (with torch's GradScaler) on seven runs, each adding one piece: the
+    """Your loop against labtools.train.train (with torch's GradScaler) on eight runs, each adding one piece: the
     losses of every step and the weights after the last, to a relative 1e-5."""
     if is_stub(fn):
         return Outcome("not written", "not written yet: the lesson goes on with the lab's loop")

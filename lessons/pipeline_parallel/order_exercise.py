@@ -48,7 +48,12 @@ def rule_orders(p: int, m: int) -> list[list[tuple]]:
 
 def actions(fn, r: int, p: int, m: int) -> list[tuple]:
     """fn(r, p, m) read as (kind, micro-batch) pairs ("F" or "B", an int): a generator's body runs here too."""
-    return [(str(k).upper(), int(i)) for k, i in fn(r, p, m)]
+    out = []
+    for a in fn(r, p, m):
+        if not (isinstance(a, (tuple, list)) and len(a) == 2):
+            raise TypeError(f"each action is a pair (\"F\", i) or (\"B\", i), got {a!r}")
+        out.append((str(a[0]).upper(), int(a[1])))
+    return out
 
 
 def check_order(fn, results: dict[int, DepthRun]) -> Outcome:

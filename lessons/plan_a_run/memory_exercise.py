@@ -32,6 +32,8 @@ CASES = (  # (name, model, layout, ZeRO stage, hint)
      "16 bytes of every parameter"),
     ("70B, dp 512 × tp 4, ZeRO-1", "70B", Layout(512, 4, 1), 1, "tp splits every state by 4; ZeRO-1 then shards "
      "the master weights and Adam's moments (12 bytes) over the 512 data-parallel ranks"),
+    ("70B, tp 8 × pp 4, no ZeRO", "70B", Layout(1, 8, 4), 0, "pipeline parallelism gives each GPU a pp-th of the "
+     "layers, and with them of every state: divide by tp · pp"),
     ("GPT-3 175B, dp 8 × tp 8 × pp 16, ZeRO-2", "GPT-3 175B", Layout(8, 8, 16), 2, "ZeRO-2 shards the gradients "
      "too"),
     ("7B on 64 GPUs, ZeRO-3 (FSDP)", "7B", Layout(64, 1, 1), 3, "ZeRO-3 shards the weights as well: everything "
@@ -42,7 +44,7 @@ CASES = (  # (name, model, layout, ZeRO stage, hint)
 
 
 def check_model_states(fn) -> Outcome:
-    """Your function against labtools.plan.memory_per_gpu(...).model_states on five layouts (bytes, relative)."""
+    """Your function against labtools.plan.memory_per_gpu(...).model_states on six layouts (bytes, relative)."""
     cases = [Case(name, (MODELS[model].n_params, layout, zero), hint) for name, model, layout, zero, hint in CASES]
     return check(fn, planner_states, cases, tol=1e-9, relative=True, what="your model states per GPU", unit="bytes",
                  against="the planner's memory per GPU")

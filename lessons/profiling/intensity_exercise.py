@@ -34,6 +34,19 @@ def cases(roof: dict) -> list[dict]:
     return out
 
 
+def _misconception(got: float, m: int, k: int, n: int, b: int) -> str:
+    """The typical mistake a wrong intensity matches, in words ("" if none does)."""
+    flops, elements = 2 * m * k * n, m * k + k * n + m * n
+    known = {
+        "bytes, not elements: each element of the three matrices takes bytes_per_element bytes": flops / elements,
+        "intensity is FLOPs per byte, not bytes per FLOP": b * elements / flops,
+        "bytes_per_element is already in bytes: no factor of 8": flops / (8 * b * elements),
+        "the result is written once, not read and written": flops / (b * (elements + m * n)),
+        "a ratio of two counts is a fraction: divide with /, not //": float(flops // (b * elements)),
+    }
+    return next((what for what, value in known.items() if value and abs(got / value - 1) < 1e-9), "")
+
+
 def check_intensity(fn, roof: dict) -> Outcome:
     """Your intensity against FLOPs ÷ bytes of each matrix product the step ran, and what it says about the ridge."""
     results = []
@@ -45,8 +58,10 @@ def check_intensity(fn, roof: dict) -> Outcome:
         if not isinstance(got, (int, float)):
             return failed(c["case"], f"return a number, got {type(got).__name__}")
         off = abs(got / c["expected"] - 1)
+        named = _misconception(got, *c["args"])
         results.append({"case": c["case"], "difference": off,
-                        "hint": f"{HINT} (you said {got:.3g} FLOPs per byte, the step's op {c['expected']:.3g})"})
+                        "hint": f"{named or HINT} (you said {got:.3g} FLOPs per byte, the step's op "
+                                f"{c['expected']:.3g})"})
     verdict = outcome(results, tol=1e-9, what="your intensity", reference="FLOPs ÷ bytes of the step's matrix "
                       "products", relative=True)
     if not verdict.passed:

@@ -27,7 +27,8 @@ def cases(gpt_grads: list[torch.Tensor]) -> list[Case]:
         Case("below the threshold", ([torch.tensor([0.3, 0.4])], 1.0),
              hint="the scale is min(1, τ / ‖g‖): below τ the gradients stay as they are"),
         Case("above the threshold", ([torch.tensor([3.0, 4.0])], 1.0),
-             hint="above τ every entry is multiplied by τ / ‖g‖ (here 1 / 5); return ‖g‖ before clipping"),
+             hint="above τ every entry is multiplied by τ / ‖g‖ (here 1 / 5), where ‖g‖ is the Euclidean norm, "
+                  "√(3² + 4²) = 5, not the largest entry or a root-mean-square; return ‖g‖ before clipping"),
         Case("tensors of different shapes", ([torch.randn(3, 4, generator=g), torch.randn(4, generator=g),
                                               torch.randn(2, 2, 2, generator=g)], 0.5),
              hint="‖g‖ is one number for all tensors, √(sum of every entry squared): not a norm per tensor, not a "

@@ -53,6 +53,10 @@ def check_shards(fn) -> Outcome:
                 return failed(case, "return three tensors: (W_fc_r, b_fc_r, W_proj_r)")
             for part, g_, e_ in zip(("W_fc", "b_fc", "W_proj"), got, expected):
                 if difference(g_, e_) > 0:
+                    if isinstance(g_, torch.Tensor) and g_.shape == e_.shape:
+                        return failed(case, f"your {part} shard has the right shape, {tuple(e_.shape)}, but other "
+                                            f"numbers than the ones rank {r} holds", "each rank keeps one contiguous "
+                                            "block: rank r's hidden units are r·4h/tp … (r+1)·4h/tp, in order")
                     shape = tuple(g_.shape) if isinstance(g_, torch.Tensor) else type(g_).__name__
                     return failed(case, f"your {part} shard (shape {shape}) is not the one rank {r} holds (shape "
                                         f"{tuple(e_.shape)})", HINT)

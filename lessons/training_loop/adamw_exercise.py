@@ -50,6 +50,10 @@ def cases() -> list[Case]:
              hint="update m and v first, then divide by 1 − β^t with the step t (here 5)"),
         Case("step 5, weight decay 0.1", (p, grad, m, v, 5, *HYPER.values(), 0.1),
              hint="AdamW decays the weights directly, p ← p·(1 − lr·λ); adding λ·p to the gradient is Adam + L2"),
+        Case("step 5, a large rate and decay", (p, grad, m, v, 5, 0.5, HYPER["beta1"], HYPER["beta2"], HYPER["eps"],
+                                                0.5),
+             hint="the decay shrinks the weights as they were before this step, θ·(1 − lr·λ) − lr·update, not the "
+                  "weights after the update"),
         Case("a zero and a huge gradient entry", (p, torch.tensor([0.0, 1e4, 1.0, -1.0, 0.5, 0.0]), m,
                                                   v * torch.tensor([0.0, 1, 1, 1, 1, 1]), 3, *HYPER.values(), 0.1),
              hint="ε goes outside the square root, m̂ / (√v̂ + ε): where v̂ = 0 it is all that divides"),
@@ -57,7 +61,8 @@ def cases() -> list[Case]:
 
 
 def check_step(fn) -> Outcome:
-    """Your step against torch.optim.AdamW on four states (first step, later steps, weight decay, extremes)."""
+    """Your step against torch.optim.AdamW on five states (first step, later steps, weight decay, a large rate and
+    decay, extremes)."""
     return check(fn, torch_adamw_step, cases(), tol=1e-5, relative=True, what="your AdamW step",
                  against="torch.optim.AdamW")
 
