@@ -353,3 +353,14 @@ def test_a_rank_that_exits_0_without_a_result_is_a_rank_failure_naming_it():
     with pytest.raises(RankFailed) as info:
         launch(checks.exits, 2, Fault(rank=1, code=0), show_progress=False)
     assert info.value.rank == 1 and "without a result" in str(info.value)
+
+
+def test_the_local_agent_words_failures_as_torchrun_does():
+    """labtools.parallel.local replaces torchrun's agent for runs that do not restart: diagnose reads its summary
+    with the same parser, the first failure as the root cause and a SIGTERM'd peer as a consequence."""
+    from labtools.parallel.diagnose import root_cause, torchrun_failures
+    from labtools.parallel.local import rank_env, summary
+    text = summary([(1, -6, time.time()), (0, -15, time.time())])
+    assert torchrun_failures(text) == {1: -6, 0: -15} and root_cause(text) == 1
+    env = rank_env(2, 4, 29555)
+    assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["MASTER_PORT"]) == ("2", "2", "4", "29555")

@@ -1,4 +1,4 @@
-"""Real multi-process runs: a launcher (torchrun from Python or a notebook cell) and a toolkit for ranks.
+"""Real multi-process runs: a launcher (from Python or a notebook cell, as torchrun does) and a toolkit for ranks.
 
 Launching (the notebook's process):
     launcher.py    launch(fn, nprocs, config) -> each rank's dict, in rank order
@@ -6,7 +6,8 @@ Launching (the notebook's process):
     codec.py       a rank function's config dataclass to JSON and back, validated again in the rank
     processes.py   the run's processes: alive and ours, stopped, and the teardown after a good run
     diagnose.py    the results, or the root cause of a failure, named by rank (and signal): RankFailed
-    supervise.py   ties torchrun to the launching process, so no run outlives it
+    supervise.py   ties the run to the launching process, so no run outlives it
+    local.py       starts one machine's ranks as torchrun would, without its agent (torchrun runs restarts)
     __main__.py    the same worker on many nodes: make-job / collect
 Inside a rank:
     worker.py      one rank: process group, config rebuilt as its dataclass, result or error written

@@ -1,4 +1,4 @@
-"""Launch real multi-process runs from Python or a notebook cell, through torchrun.
+"""Launch real multi-process runs from Python or a notebook cell, as torchrun does.
 
     from lessons.data_parallel import settings
     from lessons.data_parallel.ranks import equivalence
@@ -9,8 +9,14 @@
 dataclass, which is sent as JSON and rebuilt, typed and validated, inside each rank from the function's
 annotation. It runs
 
+    python -m labtools.parallel.supervise PARENT RUN_DIR -- python -m labtools.parallel.local N -- \
+        python -m labtools.parallel.worker RUN_DIR/job.json
+
+labtools/parallel/local.py starts the N ranks with the environment torchrun would give them, without its elastic
+agent (2.5 s of a 5 s launch here); a run that may restart (max_restarts > 0) runs under torchrun itself:
+
     python -m labtools.parallel.supervise PARENT RUN_DIR -- python -m torch.distributed.run --standalone \
-        --nproc-per-node N -m labtools.parallel.worker RUN_DIR/job.json
+        --nproc-per-node N --max-restarts R -m labtools.parallel.worker RUN_DIR/job.json
 
 Each rank (labtools/parallel/worker.py) initialises the process group (NCCL with one GPU per rank when there
 are enough GPUs, else gloo on the CPU with one thread per rank), calls `function(config) -> Result` (a
@@ -82,7 +88,7 @@ def write_job(run_dir: Path, target: str, config: dict | None, backend: str, col
 def launch(fn, nprocs: int, config=None, *, backend: str = "auto", timeout_s: float | None = 300,
            collective_timeout_s: float = 60, desc: str | None = None, show_progress: bool = True,
            keep_dir: bool = False, allow: tuple[str, ...] = (), max_restarts: int = 0) -> Ranks:
-    """Run fn(config) on nprocs ranks via torchrun and return each rank's result, in rank order, typed as fn's
+    """Run fn(config) on nprocs ranks and return each rank's result, in rank order, typed as fn's
     return annotation (a dataclass; `.dist[r]` says where rank r ran).
 
     timeout_s bounds the whole run (None: no bound — a run that shows progress may take as long as it needs,
@@ -124,9 +130,13 @@ def launch(fn, nprocs: int, config=None, *, backend: str = "auto", timeout_s: fl
         # a restarted rank could read a dead peer's address from the failed attempt (gloo: "connectFullMesh
         # failed ... Connect timeout", 1 run in ~4 here). A store per attempt (rank 0 hosts it) has no stale keys.
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
-    cmd = [sys.executable, "-m", "labtools.parallel.supervise", str(os.getpid()), str(run_dir), "--",
-           sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nprocs}",
-           f"--max-restarts={max_restarts}", "--monitor-interval=0.2", "-m", "labtools.parallel.worker", str(job)]
+    if max_restarts:  # torchrun's elastic agent restarts the group
+        agent = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nprocs}",
+                 f"--max-restarts={max_restarts}", "--monitor-interval=0.2"]
+    else:  # the same ranks, the same environment, without the agent's 2.5 s start (labtools/parallel/local.py)
+        agent = [sys.executable, "-m", "labtools.parallel.local", str(nprocs), "--", sys.executable]
+    cmd = [sys.executable, "-m", "labtools.parallel.supervise", str(os.getpid()), str(run_dir), "--", *agent,
+           "-m", "labtools.parallel.worker", str(job)]
     log = open(run_dir / "torchrun.log", "wb")
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     bar = progress(total=None, desc=desc or f"{target} × {nprocs} ({backend})", disable=not show_progress)

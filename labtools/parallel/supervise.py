@@ -1,11 +1,13 @@
-"""torchrun, tied to the process that launched it. labtools.parallel.launch starts this, not you:
+"""A run's ranks (labtools.parallel.local, or torchrun), tied to the process that launched it.
+labtools.parallel.launch starts this, not you:
 
     $ python -m labtools.parallel.supervise PARENT_PID RUN_DIR -- python -m torch.distributed.run ...
 
 When the launching process dies — whatever killed it, SIGKILL included — the kernel sends this process
-SIGTERM (PR_SET_PDEATHSIG). It then stops torchrun (SIGTERM, SIGKILL after a grace period) and, as nobody
-else will, removes the run directory. torchrun is tied to this process with SIGKILL the same way, and each
-rank to torchrun (labtools/parallel/worker.py), so no process of a run can outlive the one that started it.
+SIGTERM (PR_SET_PDEATHSIG). It then stops its child, the agent that started the ranks (SIGTERM, SIGKILL after a
+grace period) and, as nobody else will, removes the run directory. The agent is tied to this process with SIGKILL
+the same way, and each rank to the agent (labtools/parallel/worker.py), so no process of a run can outlive the one
+that started it.
 Imports no torch: it must start fast and stay small.
 """
 

@@ -1,4 +1,4 @@
-"""One rank of a labtools.parallel run. torchrun starts it; it is not meant to be run by hand:
+"""One rank of a labtools.parallel run. labtools.parallel.local or torchrun starts it, not you:
 
     $ python -m torch.distributed.run --standalone --nproc-per-node=2 -m labtools.parallel.worker JOB.json
 
@@ -16,7 +16,7 @@ Teardown (torch 2.13 + gloo could abort at exit with "terminate called without a
 result is written first, then the function's objects are released, gc.collect(), a barrier so no rank tears
 down while a peer still talks to it, then destroy_process_group(). A failed teardown (a peer that finished
 more than the collective timeout later) is logged, never fatal: the result is already safe. A real failure
-skips the teardown and exits non-zero, so torchrun stops the other ranks.
+skips the teardown and exits non-zero, so the agent stops the other ranks.
 """
 
 import faulthandler
@@ -55,7 +55,7 @@ def _write(path: Path, payload: str) -> None:
 
 
 def main(job_path: str) -> int:
-    tie_to_parent(signal.SIGKILL, os.getppid())  # torchrun dies -> this rank dies
+    tie_to_parent(signal.SIGKILL, os.getppid())  # the agent (local.py or torchrun) dies -> this rank dies
     job = json.loads(Path(job_path).read_text())
     run_dir = Path(job["run_dir"])
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])

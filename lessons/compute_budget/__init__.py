@@ -6,7 +6,7 @@ The settings of notebooks/12_compute_budget.ipynb. One module per section:
     utilisation.py    this machine's peak, and the MFU and HFU of a training step
     isoflop.py        an isoFLOP sweep: the best model size at each budget
     training_time.py  published runs reproduced, a days-and-cost calculator, weak scaling
-    ranks.py          what runs inside the torchrun ranks (torch and core labtools only)
+    ranks.py          what runs inside the ranks (torch and core labtools only)
 """
 
 from dataclasses import dataclass

@@ -33,7 +33,7 @@ class WeakScaling:
 def weak_scaling(job: ScalingJob) -> WeakScaling:
     """Tokens per second of rank 0 training alone (the other ranks wait at a barrier, their cores idle) and of
     every rank training together under DDP, each rank with the same job.batch_size rows: alternating rounds, so
-    that drift on a shared machine hits both alike. One thread per rank (torchrun's OMP_NUM_THREADS=1)."""
+    that drift on a shared machine hits both alike. One thread per rank (OMP_NUM_THREADS=1, as torchrun sets)."""
     g = torch.Generator().manual_seed(job.seed)
     solo = build_gpt(job)
     solo_opt = torch.optim.AdamW(param_groups(solo, 0.1), lr=job.lr)

@@ -5,7 +5,7 @@ The settings of notebooks/14_context_parallel.ipynb. One module per section:
 
     merge_exercise.py  your turn: merge two partial attentions with their log-sum-exps
     ring.py            ring attention on c ranks against one process; bytes, work and time per rank; memory
-    ranks.py           what runs inside the torchrun ranks (torch and core labtools only)
+    ranks.py           what runs inside the ranks (torch and core labtools only)
 """
 
 from dataclasses import dataclass

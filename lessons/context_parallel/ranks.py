@@ -77,7 +77,7 @@ def _torch_cp(S: Settings, ref: dict) -> TorchCP:
 
 @contextmanager
 def one_thread():
-    """Torch on one thread within the block, as each rank runs (torchrun's OMP_NUM_THREADS=1)."""
+    """Torch on one thread within the block, as each rank runs (OMP_NUM_THREADS=1, as torchrun sets)."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -5,7 +5,7 @@ The settings of notebooks/07_data_parallel.ipynb. One module per section of the 
     equivalence.py   DDP on N ranks ≡ one process on the N-times batch; the ring all-reduce; bytes on the wire
     accumulation.py  no_sync() and gradient accumulation; DDP's buckets
     playground.py    the panel: a DDP run of your choice
-    ranks.py         what runs inside the torchrun ranks (torch and core labtools only)
+    ranks.py         what runs inside the ranks (torch and core labtools only)
 """
 
 from dataclasses import dataclass

@@ -8,7 +8,7 @@ The settings of notebooks/11_fault_tolerance.ipynb. One module per section:
     sharded.py    sharded checkpoints across world sizes, and an elastic restart
     interval.py   how often to save
     exercises.py  your turn
-    ranks.py      what runs inside the torchrun ranks (torch and core labtools only)
+    ranks.py      what runs inside the ranks (torch and core labtools only)
 """
 
 import tempfile

@@ -7,7 +7,7 @@ The settings of notebooks/08_fsdp_zero.ipynb. One module per section:
     fsdp1.py        the same with FSDP1's sharding strategies
     traffic.py      what sharding sends
     equivalence.py  FSDP trains like DDP
-    ranks.py        what runs inside the torchrun ranks (torch and core labtools only)
+    ranks.py        what runs inside the ranks (torch and core labtools only)
 """
 
 from dataclasses import dataclass

@@ -6,7 +6,7 @@ The settings of notebooks/15_mixture_of_experts.ipynb. One module per section:
     training.py         an MoE GPT beside dense GPTs of the same active and the same total parameters; balance
     experts.py          expert parallelism on real ranks: all-to-all, parity with one process, bytes
     scale.py            Mixtral 8x7B and DeepSeek-V3: parameters total and active, memory per GPU
-    ranks.py            what runs inside the torchrun ranks (torch and core labtools only)
+    ranks.py            what runs inside the ranks (torch and core labtools only)
 """
 
 from dataclasses import dataclass

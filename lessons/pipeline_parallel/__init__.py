@@ -8,7 +8,7 @@ The settings of notebooks/09_pipeline_parallel.ipynb and the launch its sections
     zero_bubble.py the backward split into I and W: torch's ZBV list drawn beside 1F1B and measured
     memory.py      activations held and bytes sent per stage
     playground.py  panels over measured runs, and exercises
-    ranks.py       what runs inside the torchrun ranks (torch and core labtools only)
+    ranks.py       what runs inside the ranks (torch and core labtools only)
 """
 
 from dataclasses import dataclass

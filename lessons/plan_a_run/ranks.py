@@ -159,7 +159,7 @@ def calibrate(job: CalibrationJob) -> Calibration:
     matmul peak and one training step of rank 0 alone (the others waiting).
     Predicted: a data-parallel step (DDP, one bucket: one all-reduce after backward) and the same step with sharded
     optimizer state (ShardedStep: a reduce-scatter and an all-gather), job.batch_size rows per rank. One thread per
-    rank (torchrun's OMP_NUM_THREADS=1)."""
+    rank (OMP_NUM_THREADS=1, as torchrun sets)."""
     dev, N = device(), world_size()
     g = torch.Generator().manual_seed(job.seed)
     rows = [global_batch(job, g, N * job.batch_size) for _ in range(job.steps + 1)]

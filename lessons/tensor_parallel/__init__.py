@@ -7,7 +7,7 @@ The settings of notebooks/10_tensor_parallel.ipynb and the launch its sections s
     memory.py         activations per rank with and without sequence parallelism
     two_d.py          data × tensor parallel training
     interconnect.py   why tensor parallelism stays inside a node, and an exercise on paper
-    ranks.py          what runs inside the torchrun ranks (torch and core labtools only)
+    ranks.py          what runs inside the ranks (torch and core labtools only)
 """
 
 from dataclasses import dataclass
