@@ -54,7 +54,8 @@ def sweep_figure(S: Settings, depth: dict, shapes: dict) -> go.Figure:
     for col, t in ((1, "layers L"), (2, "sequence length s"), (3, "batch size b")):
         fig.update_xaxes(title_text=t, row=1, col=col)
     fig.update_yaxes(title_text="saved activations (MiB)", row=1, col=1)
-    plots.style(fig, height=440)
+    plots.style(fig, "Activation memory under each checkpointing policy, as depth, sequence and batch grow",
+                height=440)
     return fig
 
 

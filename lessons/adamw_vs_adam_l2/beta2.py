@@ -93,7 +93,7 @@ def figure(natural: dict[float, History], surged: dict[float, History], steps: i
         fig.add_vline(x=steps // 2, line=dict(color="gray", dash="dot"), row=1, col=col)
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="RMS of m̂/(√v̂+ε)", row=1, col=2)
-    plots.style(fig, height=400)
+    plots.style(fig, "How β₂ shapes Adam's steps: at a high learning rate, and after a gradient surge", height=400)
     return fig
 
 

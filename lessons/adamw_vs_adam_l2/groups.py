@@ -107,7 +107,7 @@ def figure(runs: dict[str, History]) -> go.Figure:
     fig.update_yaxes(type="log", title_text="A = Σθ²/(√v̂+ε) / Σθ²", row=1, col=2)
     fig.update_yaxes(title_text="‖θ‖", row=1, col=1)
     fig.update_xaxes(title_text="step")
-    plots.style(fig, height=430)
+    plots.style(fig, "Where weight decay acts: each group's weight norm, and its decay beside AdamW's", height=430)
     return fig
 
 

@@ -89,7 +89,8 @@ def figure(means: dict[str, np.ndarray], rates: dict[str, np.ndarray], sigmas=TO
     fig.update_xaxes(title_text="step", row=1, col=2)
     fig.update_xaxes(type="log", title_text="gradient noise σ", row=1, col=3)
     fig.update_yaxes(type="log", title_text="decay per step", row=1, col=3)
-    plots.style(fig, height=420)
+    plots.style(fig, "The same λ in two forms: Adam + L2's decay depends on the gradient's spread, AdamW's "
+                     "does not", height=420)
     return fig
 
 

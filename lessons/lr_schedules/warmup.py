@@ -65,7 +65,7 @@ def figure(runs: dict[str, History], first: int = 60) -> go.Figure:
                                  showlegend=False, line=dict(color=c), legendgroup=name), row=1, col=3)
     fig.update_yaxes(type="log", row=1, col=3)
     fig.update_xaxes(title_text="step")
-    plots.style(fig, height=400)
+    plots.style(fig, "Adam's first steps with and without a warm-up", height=400)
     return fig
 
 

@@ -73,7 +73,8 @@ def figure(runs: dict[str, History]) -> go.Figure:
         fig.add_trace(go.Scatter(x=h.step, y=h.extra["ln_unchanged"], mode="lines", line=dict(color=c, dash="dot"),
                                  name=f"{name}: LayerNorm gains", legendgroup=name), row=1, col=2)
     fig.update_xaxes(title_text="step")
-    plots.style(fig, height=420)
+    plots.style(fig, "bf16 weights against an fp32 master copy: the loss, and the weights a step leaves "
+                     "unchanged", height=420)
     return fig
 
 

@@ -120,8 +120,8 @@ def findings(ledger: Ledger, S: Settings, results: dict[int, DepthRun]) -> Findi
          f"in all {len(gaps)} runs; latency came on top of it." if abs(gaps[worst]) <= 0.05 else
          f"Roughly: with simulated compute the bubble tracked the formula, but one run idled **{gaps[worst]:+.2f}** "
          "beyond it: on a busy machine a rank can wake late. Rerun to see whether it holds."),
-        (f"So the quoted efficiency counts one micro-batch too few: in that case the run idled **{bubble:.1%}**, "
-         f"near the formula's {bubble_fraction(p, m):.1%}."
+        (f"The widely repeated {QUOTED_EFFICIENCY:.1%} is off by one micro-batch: in that very case the run idled "
+         f"**{bubble:.1%}**, near what the formula predicts."
          if near else
          f"In the quoted case the run idled **{bubble:.1%}**, farther from the formula's "
          f"{bubble_fraction(p, m):.1%} than this lesson claims."),

@@ -122,8 +122,10 @@ def findings(ledger: Ledger, S: Settings, results: dict[int, DepthRun]) -> Findi
     ], [
         "| p | m | 1F1B's bubble | ZBV, played | ZBV, measured |\n|---|---|---|---|---|\n" + rows,
         f"Splitting alone helps: 1F1B that sends I before running W idles {split:.1%} at p = {p}, m = {m}.",
-        f"ZBV costs no more activation memory: its ranks hold at most {held:g} stages' worth, 1F1B's first rank "
-        f"{min(p, m)} (computed from the lists)." if held <= min(p, m) else
-        f"ZBV's ranks hold up to {held:g} stages' worth of activations, 1F1B's first rank {min(p, m)} (computed from "
+        f"ZBV costs no more activation memory: a rank holds at most {held:g} micro-batches' activations of a whole "
+        f"stage, as 1F1B's first rank holds {min(p, m)} (counted from the lists; a chunk is half a stage)."
+        if held <= min(p, m) else
+        f"ZBV's ranks hold up to {held:g} micro-batches' activations of a whole stage, 1F1B's first rank {min(p, m)} "
+        "(counted from "
         "the lists).",
     ])

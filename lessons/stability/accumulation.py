@@ -82,7 +82,7 @@ def figure(runs: dict[Arm, History], k: int) -> go.Figure:
                                  line=dict(color=plots.color(i), dash=dash, width=1.5)), row=1, col=col)
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="training loss", row=1, col=1)
-    plots.style(fig, height=400)
+    plots.style(fig, "Accumulated losses summed instead of averaged: what it does to SGD and to AdamW", height=400)
     return fig
 
 

@@ -119,7 +119,8 @@ def figure(S: Settings, runs: dict[tuple, History]) -> go.Figure:
                           line_width=0, row=row, col=col)
     fig.update_yaxes(type="log", row=2)
     fig.update_xaxes(title_text="step", row=2)
-    plots.style(fig, height=620, legend=dict(orientation="h", y=-0.12))
+    plots.style(fig, "Bad batches with and without clipping, for AdamW and for SGD", height=620,
+                legend=dict(orientation="h", y=-0.12))
     return fig
 
 
