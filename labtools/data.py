@@ -190,18 +190,25 @@ def synthetic(vocab_size: int = 16, order: int = 2, branching: int = 4, concentr
     )
 
 
-def stdlib_text(max_chars: int = 1_000_000) -> str:
-    """The Python standard library's top-level .py files, sorted by name, as printable ASCII."""
+def stdlib_documents(max_chars: int = 1_000_000) -> list[tuple[str, str]]:
+    """The Python standard library's top-level .py files, sorted by name, as (file name, printable ASCII text): the
+    documents of stdlib_text, the last one cut where max_chars ends."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    parts, n = [], 0
+    docs, n = [], 0
     for path in sorted(root.glob("*.py")):
         src = path.read_text(encoding="utf-8", errors="replace")
-        src = "".join(c for c in src if c in _PRINTABLE)
-        parts.append(src)
+        src = "".join(c for c in src if c in _PRINTABLE)[:max_chars - n]
+        if src:
+            docs.append((path.name, src))
         n += len(src)
         if n >= max_chars:
             break
-    return "".join(parts)[:max_chars]
+    return docs
+
+
+def stdlib_text(max_chars: int = 1_000_000) -> str:
+    """The Python standard library's top-level .py files, sorted by name, as printable ASCII."""
+    return "".join(text for _, text in stdlib_documents(max_chars))
 
 
 @functools.lru_cache(maxsize=4)

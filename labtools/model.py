@@ -85,22 +85,39 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x):
+    def forward(self, x, mask=None):
+        """mask (B, 1, T, T), True where a query may attend a key (labtools.model.document_mask); None: causal."""
         B, T, _ = x.size()
         qkv = self.c_attn(x)                              # (B, T, nh·3·hs): the heads this module computes
         nh = qkv.size(-1) // (3 * self.head_size)
         qkv = qkv.view(B, T, nh, 3, self.head_size)       # (B, T, nh, 3, hs)
         q, k, v = qkv.permute(3, 0, 2, 1, 4).unbind(0)    # each (B, nh, T, hs)
         dropout_p = self.dropout if self.training else 0.0
+        causal = dict(is_causal=True) if mask is None else dict(attn_mask=mask)
         if q.device.type == "cpu" and q.dtype != torch.float32:
             # On CPU the fused kernel's backward is slow in bf16/fp16 (measured, torch 2.13, B32 T128:
             # bf16 fwd+bwd 26.5 ms fused vs 11.0 ms math); the math kernel computes the same thing.
             with sdpa_kernel(SDPBackend.MATH):
-                y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, **causal)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)  # (B, nh, T, hs)
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, **causal)  # (B, nh, T, hs)
         y = y.transpose(1, 2).reshape(B, T, nh * self.head_size)  # heads side by side: (B, T, nh·hs)
         return self.resid_dropout(self.c_proj(y))
+
+
+def document_mask(doc: torch.Tensor) -> torch.Tensor:
+    """(B, 1, T, T) True where query t may attend key u: u ≤ t and both in the same document (doc (B, T) ids)."""
+    T = doc.size(1)
+    causal = torch.ones(T, T, dtype=torch.bool, device=doc.device).tril()
+    return (causal & (doc[:, :, None] == doc[:, None, :]))[:, None]  # (B, 1, T, T)
+
+
+def document_positions(doc: torch.Tensor) -> torch.Tensor:
+    """(B, T) each token's position within its document (doc (B, T) ids, each document one run of tokens)."""
+    t = torch.arange(doc.size(1), device=doc.device).expand_as(doc)
+    starts = torch.ones_like(doc, dtype=torch.bool)
+    starts[:, 1:] = doc[:, 1:] != doc[:, :-1]
+    return t - torch.where(starts, t, 0).cummax(dim=1).values
 
 
 class MLP(nn.Module):
@@ -127,18 +144,18 @@ class Block(nn.Module):
         self.mlp = MLP(config)
         self.policy = config.checkpoint
 
-    def _attn(self, x):
-        return self.attn(self.ln_1(x))
+    def _attn(self, x, mask=None):
+        return self.attn(self.ln_1(x), mask)
 
     def _mlp(self, x):
         return self.mlp(self.ln_2(x))
 
-    def forward(self, x):
+    def forward(self, x, mask=None):
         recompute = torch.is_grad_enabled()
         if recompute and self.policy == "attn":
-            x = x + checkpoint(self._attn, x, use_reentrant=False)
+            x = x + checkpoint(self._attn, x, mask, use_reentrant=False)
         else:
-            x = x + self._attn(x)
+            x = x + self._attn(x, mask)
         if recompute and self.policy == "mlp":
             x = x + checkpoint(self._mlp, x, use_reentrant=False)
         else:
@@ -184,30 +201,36 @@ class GPT(nn.Module):
             n -= self.transformer.wte.weight.numel() + self.transformer.wpe.weight.numel()
         return n
 
-    def forward(self, idx, targets=None):
+    def forward(self, idx, targets=None, doc=None):
+        """idx (B, T) token ids; targets (B, T), -100 where no prediction counts (padding); doc (B, T) the document
+        each token belongs to: each document then sees only itself, its positions counted from its own start, as if
+        it were alone (None: every token attends all before it)."""
         B, T = idx.size()
         if T > self.config.block_size:
             raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
         pos = torch.arange(T, dtype=torch.long, device=idx.device)  # (T,)
+        mask = None
+        if doc is not None:  # each document on its own: positions count from its start, attention stays inside
+            pos, mask = document_positions(doc), document_mask(doc)  # (B, T), (B, 1, T, T)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))  # (B, T, C)
         policy, L = self.config.checkpoint, self.config.n_layer
         if policy in ("block", "every_k") and torch.is_grad_enabled():
             k = 1 if policy == "block" else self.config.checkpoint_every
             for start in range(0, L, k):  # keep only each segment's input; recompute the rest in backward
-                x = checkpoint(self._segment, x, start, min(start + k, L), use_reentrant=False)
+                x = checkpoint(self._segment, x, start, min(start + k, L), mask, use_reentrant=False)
         else:
             for block in self.transformer.h:
-                x = block(x)
+                x = block(x, mask)
         x = self.transformer.ln_f(x)
         logits = self.lm_head(x)  # (B, T, vocab_size)
         loss = None
-        if targets is not None:
+        if targets is not None:  # targets of -100 (cross_entropy's ignore_index) are left out of the mean
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
         return logits, loss
 
-    def _segment(self, x, start: int, end: int):
+    def _segment(self, x, start: int, end: int, mask=None):
         for block in self.transformer.h[start:end]:
-            x = block(x)
+            x = block(x, mask)
         return x
 
     @torch.no_grad()

@@ -625,8 +625,9 @@ def test_every_lessons_exercise_reports_an_unfilled_stub_as_not_written_and_runs
         "merge_exercise": lambda m, f: m.check_merge(f), "memory_exercise": lambda m, f: m.check_model_states(f),
         "router_exercise": lambda m, f: m.check_route(f),
         "ring_exercise": lambda m, f: m.check(f, data_parallel.settings("smoke")),
+        "bpe_exercise": lambda m, f: m.check_merges(f),
     }
-    assert len(EXERCISES) == 17
+    assert len(EXERCISES) == 18
     for lesson, name in EXERCISES.items():
         module = importlib.import_module(name)
         out = checks[name.rsplit(".", 1)[1]](module, _stub_of(module))
