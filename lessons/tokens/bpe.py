@@ -68,8 +68,7 @@ def sample_html(r: Learned) -> str:
         text = html.escape(tok.decode("utf-8", errors="replace"))
         spans.append(f"<span style='background:{colours[i % len(colours)]}'>{text}</span>")
     return ("<pre style='line-height:1.6;white-space:pre-wrap'>" + "".join(spans) + "</pre>"
-            f"<p><small>{len(r.sample)} tokens for {sum(map(len, r.sample))} bytes; each colour is one token.</small>"
-            "</p>")
+            "<p><small>Each colour is one token.</small></p>")
 
 
 def merges_table(r: Learned, n: int = 12) -> str:
@@ -90,8 +89,9 @@ def findings(ledger: Ledger, S: Settings, r: Learned) -> Findings:
                "(bytes ÷ tokens, counted)", per_token, at_least(2.0), kind="counted")
     longest = max((a + b for a, b in r.merges[:S.vocab_size - BYTES]), key=len)
     return Findings([
-        f"Pieces of the words the text uses most: the first merges join frequent pairs, later ones whole words. At "
-        f"{S.vocab_size:,} tokens a token covers **{per_token:.1f}** bytes of text it never saw.",
+        f"The commonest pieces of this text: first the runs of spaces that indent Python code, then frequent pairs of "
+        f"letters, later whole words. At {S.vocab_size:,} tokens a token covers **{per_token:.1f}** bytes of text it "
+        "never saw.",
         "Nothing is lost: every byte is a token before any merge, so any text comes back exactly.",
     ], [f"The longest token at this vocabulary is `{_shown(longest)}`, {len(longest)} bytes.",
         f"Held-out text: {r.val_bytes:,} bytes, {r.val_tokens:,} tokens."])

@@ -87,7 +87,10 @@ def figure(runs: dict[str, Trained]) -> go.Figure:
                                  name=r.name, line=dict(color=plots.color(i)), legendgroup=r.name, showlegend=False),
                       row=1, col=2)
     fig.update_xaxes(title_text="step")
-    return plots.style(fig, "Per token characters look better; per byte of text, BPE is", height=420)
+    fig.update_yaxes(title_text="nats per token", row=1, col=1)
+    fig.update_yaxes(title_text="bits per byte", row=1, col=2)
+    return plots.style(fig, "Per token the characters look better; per byte of the same text, BPE is better",
+                       height=420)
 
 
 def findings(ledger: Ledger, S: Settings, runs: dict[str, Trained]) -> Findings:
@@ -108,10 +111,11 @@ def findings(ledger: Ledger, S: Settings, runs: dict[str, Trained]) -> Findings:
     return Findings([
         f"Per token the comparison is meaningless: the character model's loss is lower by **{per_token:.1f}** nats, "
         "because each of its tokens is a single, easier character.",
-        f"Per byte of the same text BPE wins by **{gap:.2f}** bits at equal compute: its tokens carry "
+        f"Per byte of the same text BPE wins by **{gap:.2f}** bits for nearly the same compute: its tokens carry "
         f"{b.val_bytes / b.val_tokens:.1f} bytes each, so in the same steps it reads more text.",
     ], [f"Bits per byte: characters {c.bits_per_byte():.3f}, BPE {b.bits_per_byte():.3f}, after {S.steps} steps "
         "of one seed.",
         f"Loss per token: characters {c.nats_per_token:.3f} nats, BPE {b.nats_per_token:.3f}.",
-        f"The BPE model's FLOPs per token are {flops_ratio:.2f}× the character model's; its embedding is "
+        f"The BPE model's FLOPs per token are {flops_ratio:.2f}× the character model's (its larger output layer); "
+        "its embedding is "
         f"{share:.0%} of its parameters."])

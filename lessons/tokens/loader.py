@@ -132,7 +132,7 @@ def figure(r: Rates) -> go.Figure:
                            hovertemplate="%{y}: %{x:,.0f} tokens/s<extra></extra>"))
     fig.update_xaxes(type="log", title_text="tokens per second")
     fig.update_yaxes(autorange="reversed")
-    return plots.style(fig, "What the loaders deliver (blue) against what training consumes (red)", height=360,
+    return plots.style(fig, "What the loaders deliver (blue) against what training consumes (orange)", height=360,
                        legend="right")
 
 
@@ -147,11 +147,13 @@ def findings(ledger: Ledger, S: Settings, r: Rates) -> Findings:
     return Findings([
         f"Here, any of them: even tokenizing in Python on the fly delivers **{py / r.model:.0f}×** what this machine's "
         "training step consumes.",
-        f"On GPUs the order flips: a node of eight trains a small model faster than Python tokenizes, by "
-        f"**{r.node / py:.1f}×**. Tokenize once, store the ids, and read them back as a memory map.",
+        f"On GPUs the order flips: a node of eight H100s trains GPT-2's smallest model faster than Python tokenizes, "
+        f"by **{r.node / py:.1f}×**. Tokenize once, store the ids, and read them back as a memory map.",
     ], ["| source | tokens per second |\n|---|---|\n" + "\n".join(
         f"| {name} | {v:,.0f} |" for name, v in [*r.loaders.items(), ("this machine's training step", r.model),
-                                                  ("one H100, GPT-2 124M (computed)", r.gpu)]),
-        f"The GPU's figure is computed: {GPU_MFU:.0%} of the H100's bf16 peak over GPT-2 124M's FLOPs per token.",
+                                                  ("one H100, GPT-2 124M (computed)", r.gpu),
+                                                  (f"a node of {GPUS_PER_NODE} H100s (computed)", r.node)]),
+        f"The GPU's figure is computed: {GPU_MFU:.0%} of the H100's peak rate of 16-bit matrix products (the share "
+        "a good run reaches, MFU in lesson 12) over GPT-2 124M's training FLOPs per token.",
         "The Python encoder keeps each piece it has tokenized, as GPT-2's did; the code's many repeated pieces make "
         "that cache unusually effective."])

@@ -187,8 +187,8 @@ def findings(ledger: Ledger, S: Settings, p: Packed) -> Findings:
     waste = {how: r.waste for how, r in p.rows.items()}
     ledger.add("pad_waste", f"Padding each document to rows of {S.row_len} tokens leaves a share of the positions "
                "training nothing (counted)", waste[Packing.PAD], at_least(0.05), kind="counted")
-    ledger.add("concat_waste", "Concatenated, the rows waste at most the one partial row left at the end (share, "
-               "counted)", waste[Packing.CONCAT], at_most(S.row_len / sum(p.doc_tokens) + 1e-9), kind="counted",
+    ledger.add("concat_waste", "Concatenated, the rows lose only the tokens of the one partial row left at the end "
+               "(tokens dropped, counted)", p.rows[Packing.CONCAT].dropped, at_most(S.row_len - 1), kind="counted",
                detail=True)
     ledger.add("concat_crosses", "Concatenated, a row's later documents give part of their attention to its earlier "
                "ones (attention weight on other documents, last block, measured)", p.crossing[Packing.CONCAT],
@@ -199,10 +199,11 @@ def findings(ledger: Ledger, S: Settings, p: Packed) -> Findings:
     best = min(p.val_loss, key=p.val_loss.get)
     spread = max(p.val_loss.values()) - min(p.val_loss.values())
     return Findings([
-        f"Padding wastes **{waste[Packing.PAD]:.0%}** of every batch on documents this short; concatenating wastes "
-        "almost nothing.",
-        f"But a concatenated row mixes documents: its later ones put **{p.crossing[Packing.CONCAT]:.0%}** of their "
-        "attention on text they have nothing to do with. The document mask removes it at no cost in positions.",
+        f"Concatenated, to waste nothing: padded, each document's last row is partly empty, **{waste[Packing.PAD]:.0%}**"
+        f" of the positions at rows of {S.row_len} tokens (more as rows grow longer than documents).",
+        f"With the document mask, to keep them apart: unmasked, a row's later documents put "
+        f"**{p.crossing[Packing.CONCAT]:.0%}** of their attention on earlier ones they have nothing to do with; "
+        "masked, none, and no position is lost.",
         (f"Which trains better this run cannot say: after {S.pack_steps} steps of one seed the three validation "
          f"losses lie within **{spread:.2f}** nats, run-to-run noise (lesson 02)." if spread < NOISE else
          f"This run trained best {best.label}, by **{spread:.2f}** nats over the worst; one seed cannot tell whether "
