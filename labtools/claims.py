@@ -44,6 +44,15 @@ class Expectation:
     b: float | None = None
 
     def check(self, measured) -> bool:
+        if self.kind in INTERVAL_KINDS:  # a claim over seeds: it holds for the whole interval, or not at all
+            if not hasattr(measured, "low"):
+                raise ValueError(f"an expectation about an interval ({self.kind}) needs runs over seeds "
+                                 "(labtools.evidence), got one value")
+            lo, hi = measured.low, measured.high
+            return {"above": lo > self.a, "below": hi < self.a, "within": -self.a <= lo and hi <= self.a,
+                    "includes": lo <= self.a <= hi}[self.kind]
+        if hasattr(measured, "low"):
+            measured = measured.estimate
         if self.kind == "true":
             return bool(measured) is True
         x = float(measured)
@@ -67,6 +76,10 @@ class Expectation:
             "between": lambda: f"in [{_fmt(self.a)}, {_fmt(self.b)}]",
             "at_least": lambda: f"≥ {_fmt(self.a)}",
             "at_most": lambda: f"≤ {_fmt(self.a)}",
+            "above": lambda: f"interval above {_fmt(self.a)}",
+            "below": lambda: f"interval below {_fmt(self.a)}",
+            "within": lambda: f"interval within ±{_fmt(self.a)}",
+            "includes": lambda: f"interval includes {_fmt(self.a)}",
         }[self.kind]()
 
 
@@ -94,6 +107,24 @@ def is_true() -> Expectation:
     return Expectation("true")
 
 
+INTERVAL_KINDS = ("above", "below", "within", "includes")
+
+
+def above(x: float) -> Expectation:
+    """Over seeds: the whole confidence interval lies above x (a difference that is real, in that direction)."""
+    return Expectation("above", float(x))
+
+
+def below(x: float) -> Expectation:
+    """Over seeds: the whole confidence interval lies below x."""
+    return Expectation("below", float(x))
+
+
+def within(margin: float) -> Expectation:
+    """Over seeds: the whole interval lies within ±margin: the same, to that margin (not merely 'not different')."""
+    return Expectation("within", float(margin))
+
+
 @dataclass
 class Claim:
     key: str
@@ -104,6 +135,7 @@ class Claim:
     source: str = ""
     kind: str = ""  # one of KINDS; Ledger.add requires it, so no claim is "measured" by default
     detail: bool = False  # plumbing (e.g. "runs on gloo"): checked like any claim, folded away in the table
+    interval: dict | None = None  # a claim over seeds: labtools.evidence.Interval's fields (measured is its estimate)
 
 
 @dataclass
@@ -121,7 +153,10 @@ class Ledger:
             raise ValueError(f"claim {key!r}: kind must be one of {sorted(KINDS)}, got {kind!r}")
         if hasattr(measured, "item"):
             measured = measured.item()
-        claim = Claim(key, statement, measured, expect.describe(), expect.check(measured), source, kind, detail)
+        interval = asdict(measured) if hasattr(measured, "low") else None
+        passed = expect.check(measured)
+        value = measured.estimate if interval else measured
+        claim = Claim(key, statement, value, expect.describe(), passed, source, kind, detail, interval)
         self.claims = [c for c in self.claims if c.key != key] + [claim]
         return claim
 
@@ -152,7 +187,7 @@ class Ledger:
     def to_text(self) -> str:
         lines = [f"Claims ledger — {self.lesson}"]
         for c in self.claims:
-            lines.append(f"[{'PASS' if c.passed else 'FAIL'}] {c.statement}: {c.kind} {_fmt(c.measured)}, "
+            lines.append(f"[{'PASS' if c.passed else 'FAIL'}] {c.statement}: {c.kind} {_value(c)}, "
                          f"expected {c.expected}")
         return "\n".join(lines)
 
@@ -216,7 +251,7 @@ def _table(claims: list[Claim]) -> str:
         mark = '<span style="color:#1a7f37">✓</span>' if c.passed else '<span style="color:#cf222e">✗</span>'
         src = f'<br><small style="color:#666">{html.escape(c.source)}</small>' if c.source else ""
         rows.append(f"<tr><td>{mark}</td><td style='text-align:left'>{html.escape(c.statement)}{src}</td>"
-                    f"<td>{html.escape(_fmt(c.measured))}</td><td><small>{c.kind}</small></td>"
+                    f"<td>{html.escape(_value(c))}</td><td><small>{c.kind}</small></td>"
                     f"<td>{html.escape(c.expected)}</td></tr>")
     return ("<table><thead><tr><th></th><th style='text-align:left'>claim</th><th>value</th><th>kind</th>"
             f"<th>expected</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
@@ -231,6 +266,15 @@ def read_ledgers(notebook: dict) -> list[dict]:
             if MIME in data:
                 found.append(data[MIME])
     return found
+
+
+def _value(c: Claim) -> str:
+    """A claim's value as the table shows it; over seeds, the estimate, its interval and how many runs."""
+    if not c.interval:
+        return _fmt(c.measured)
+    i = c.interval
+    p = f", p = {i['p_value']:.2g}" if i.get("p_value") is not None else ""
+    return f"{_fmt(i['estimate'])} [{_fmt(i['low'])}, {_fmt(i['high'])}], {i['n']} seeds{p}"
 
 
 def _fmt(x) -> str:

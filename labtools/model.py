@@ -145,7 +145,8 @@ class Block(nn.Module):
         self.policy = config.checkpoint
 
     def _attn(self, x, mask=None):
-        return self.attn(self.ln_1(x), mask)
+        # called with one input when there is no mask: tensor parallelism's plans expect the block's input alone
+        return self.attn(self.ln_1(x)) if mask is None else self.attn(self.ln_1(x), mask)
 
     def _mlp(self, x):
         return self.mlp(self.ln_2(x))
@@ -220,7 +221,7 @@ class GPT(nn.Module):
                 x = checkpoint(self._segment, x, start, min(start + k, L), mask, use_reentrant=False)
         else:
             for block in self.transformer.h:
-                x = block(x, mask)
+                x = block(x) if mask is None else block(x, mask)
         x = self.transformer.ln_f(x)
         logits = self.lm_head(x)  # (B, T, vocab_size)
         loss = None
@@ -230,7 +231,7 @@ class GPT(nn.Module):
 
     def _segment(self, x, start: int, end: int, mask=None):
         for block in self.transformer.h[start:end]:
-            x = block(x, mask)
+            x = block(x) if mask is None else block(x, mask)
         return x
 
     @torch.no_grad()

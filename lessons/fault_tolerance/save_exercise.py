@@ -154,7 +154,7 @@ def _child(fn, directory: Path, size: int, rng: random.Random, kill_after: int |
     try:
         deadline = time.monotonic() + 30
         while not done.exists():
-            if not proc.is_alive():
+            if not proc.is_alive() and not done.exists():  # ended without a save (not one that saved and ended)
                 return {"error": f"the saving process stopped (exit code {proc.exitcode}) before its first save "
                                  "finished: run your function once in a cell to see why"}
             if time.monotonic() > deadline:

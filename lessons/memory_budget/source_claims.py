@@ -60,7 +60,7 @@ def findings(ledger: Ledger, c: dict) -> Findings:
     return Findings([
         "\"12 bytes per parameter, 0.75×\" forgets the fp32 master copy: with it, mixed-precision AdamW keeps "
         + ("as much as fp32 Adam." if same else f"{mixed.model_states / fp32.model_states:.2f}× fp32 Adam's."),
-        f"The 7B breakdown agrees: its first three terms are the same {mixed.model_states / GB:.0f} GB of model "
+        f"That breakdown agrees: its first three terms are the same {mixed.model_states / GB:.0f} GB of model "
         "states, the largest, "
         f"**{fp32_states:.0f} GB**, being the master copy and Adam's two moments; its fourth lies outside them.",
         f"No number of GPUs fits 70B under ZeRO-1: it keeps the whole bf16 weights and gradients, "
