@@ -274,7 +274,8 @@ def _value(c: Claim) -> str:
         return _fmt(c.measured)
     i = c.interval
     p = f", p = {i['p_value']:.2g}" if i.get("p_value") is not None else ""
-    return f"{_fmt(i['estimate'])} [{_fmt(i['low'])}, {_fmt(i['high'])}], {i['n']} seeds{p}"
+    over = {"runs": "seeds"}.get(i.get("over", "runs"), i.get("over", "runs"))
+    return f"{_fmt(i['estimate'])} [{_fmt(i['low'])}, {_fmt(i['high'])}], {i['n']} {over}{p}"
 
 
 def _fmt(x) -> str:

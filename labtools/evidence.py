@@ -29,11 +29,12 @@ class Interval:
     confidence: float = 0.95
     p_value: float | None = None
     what: str = "mean"  # "mean", "paired difference", "unpaired difference", "share"
+    over: str = "runs"  # what n counts: runs (seeds), problems, answers
 
     def __str__(self) -> str:
         p = f", p = {self.p_value:.2g}" if self.p_value is not None else ""
         return (f"{_fmt(self.estimate)} [{_fmt(self.low)}, {_fmt(self.high)}] ({self.confidence:.0%}, {self.n} "
-                f"{'runs' if self.what != 'share' else 'answers'}{p})")
+                f"{self.over}{p})")
 
     @property
     def half_width(self) -> float:
@@ -75,12 +76,13 @@ def mean_interval(values: Sequence[float], confidence: float = 0.95) -> Interval
     return Interval(m, m - half, m + half, n, confidence, _two_sided_p(t, n - 1) if s > 0 or m else 1.0)
 
 
-def paired(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> Interval:
-    """a − b run by run (the same seeds for both): the interval of the mean difference and its p-value."""
+def paired(a: Sequence[float], b: Sequence[float], confidence: float = 0.95, over: str = "runs") -> Interval:
+    """a − b pair by pair (runs with the same seeds, or answers to the same problems): the interval of the mean
+    difference and its p-value."""
     if len(a) != len(b):
         raise ValueError(f"paired runs need as many of each: {len(a)} and {len(b)}")
     out = mean_interval([x - y for x, y in zip(a, b)], confidence)
-    return Interval(out.estimate, out.low, out.high, out.n, confidence, out.p_value, "paired difference")
+    return Interval(out.estimate, out.low, out.high, out.n, confidence, out.p_value, "paired difference", over)
 
 
 def unpaired(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> Interval:
@@ -107,4 +109,11 @@ def share(k: int, n: int, confidence: float = 0.95) -> Interval:
     p = k / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return Interval(p, max(0.0, centre - half), min(1.0, centre + half), n, confidence, None, "share")
+    return Interval(p, max(0.0, centre - half), min(1.0, centre + half), n, confidence, None, "share", "answers")
+
+
+def table(rows: list[tuple[str, Interval]], label: str = "comparison") -> str:
+    """Intervals as a markdown table: estimate, interval, how many, p-value."""
+    head = f"| {label} | estimate | interval | n | p-value |\n|---|---|---|---|---|\n"
+    return head + "\n".join(f"| {name} | {_fmt(i.estimate)} | [{_fmt(i.low)}, {_fmt(i.high)}] | {i.n} {i.over} | "
+                            f"{'' if i.p_value is None else f'{i.p_value:.2g}'} |" for name, i in rows)

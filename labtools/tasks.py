@@ -6,9 +6,12 @@ exact match over held-out problems with a confidence interval (lessons 18 onward
     corpus = task.corpus(train, test)                       # "12+34=46\n…" as characters, to pre-train on
     score = exact_match(model, corpus, test[:200])          # Graded: the share right, with Wilson's interval
 
-A problem's prompt is "a+b=", its answer the digits of the sum; a model's completion counts only if it is the answer
+Every problem has the same shape: both numbers written with `digits` digits, the sum with one more ("07+45=052"), so
+that each digit sits at the same position in every problem. A model's completion counts only if it is the answer
 followed by the end of the line, generated greedily (no sampling). The characters are the digits, "+", "=" and a line
 break: 13 tokens.
+
+    X, Y = task.examples(train)     # one problem per row; targets on the answer only (IGNORE elsewhere)
 """
 
 import random
@@ -18,6 +21,7 @@ import torch
 
 from labtools.data import Corpus
 from labtools.evidence import Interval, share
+from labtools.packing import IGNORE
 from labtools.validate import check_range
 
 VOCAB = "0123456789+=\n"
@@ -43,8 +47,8 @@ class Addition:
         check_range("digits", self.digits, 1, 4, int)
 
     def problems(self) -> list[Problem]:
-        top = 10 ** self.digits
-        return [Problem(f"{a}+{b}=", str(a + b)) for a in range(top) for b in range(top)]
+        d, top = self.digits, 10 ** self.digits
+        return [Problem(f"{a:0{d}d}+{b:0{d}d}=", f"{a + b:0{d + 1}d}") for a in range(top) for b in range(top)]
 
     def split(self, test_share: float = 0.2, seed: int = 0) -> tuple[list[Problem], list[Problem]]:
         """(train, test): the problems shuffled by seed, the last test_share held out."""
@@ -54,9 +58,19 @@ class Addition:
         cut = len(problems) - max(1, round(len(problems) * test_share))
         return problems[:cut], problems[cut:]
 
-    def answer_len(self) -> int:
-        """The longest answer's characters, and its end of line."""
-        return self.digits + 2
+    @property
+    def line_len(self) -> int:
+        """Characters of a problem's line: two numbers, +, =, the sum and the end of the line."""
+        return 2 * self.digits + 2 + self.digits + 1 + 1
+
+    def examples(self, problems: list[Problem]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(X, Y), one problem per row: X the line but its last character, Y the next characters, IGNORE except
+        where the answer and its end of line are predicted (the loss then counts the answer alone)."""
+        stoi = {c: i for i, c in enumerate(VOCAB)}
+        ids = torch.tensor([[stoi[c] for c in p.line] for p in problems], dtype=torch.long)
+        X, Y = ids[:, :-1], ids[:, 1:].clone()
+        Y[:, :len(problems[0].prompt) - 1] = IGNORE
+        return X, Y
 
     @staticmethod
     def verify(problem: Problem, completion: str) -> bool:

@@ -65,7 +65,8 @@ EXERCISES = {"00_training_loop": "lessons.training_loop.adamw_exercise",
              "15_mixture_of_experts": "lessons.mixture_of_experts.router_exercise",
              "16_plan_a_run": "lessons.plan_a_run.memory_exercise",
              "07_data_parallel": "lessons.data_parallel.ring_exercise",
-             "17_tokens_and_data": "lessons.tokens.bpe_exercise"}
+             "17_tokens_and_data": "lessons.tokens.bpe_exercise",
+             "18_evidence": "lessons.evidence.interval_exercise"}
 
 
 # The lessons whose training or launching panel is stopped mid-run, once with Cancel and once with Interrupt.

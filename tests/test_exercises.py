@@ -626,8 +626,9 @@ def test_every_lessons_exercise_reports_an_unfilled_stub_as_not_written_and_runs
         "router_exercise": lambda m, f: m.check_route(f),
         "ring_exercise": lambda m, f: m.check(f, data_parallel.settings("smoke")),
         "bpe_exercise": lambda m, f: m.check_merges(f),
+        "interval_exercise": lambda m, f: m.check_interval(f),
     }
-    assert len(EXERCISES) == 18
+    assert len(EXERCISES) == 19
     for lesson, name in EXERCISES.items():
         module = importlib.import_module(name)
         out = checks[name.rsplit(".", 1)[1]](module, _stub_of(module))
