@@ -135,3 +135,46 @@ def test_the_lessons_claims_hold_and_bad_settings_are_refused():
     difference.findings(ledger, S, swapped)
     assert not {k.key: k for k in ledger.claims}["b_worse"].passed
     assert math.isfinite(c.paired.p_value)
+
+
+def test_comparisons_made_over_seeds_at_the_cpu_profile_fail_when_the_difference_is_absent():
+    """Lessons 02, 04 and 17 claim their comparison of recipes over seeds, paired (the cpu profile's runs); a claim
+    over seeds holds for the measured direction and fails for the other, or for runs that only scatter."""
+    from labtools.train import History
+    from lessons import lr_schedules, mixed_precision, tokens
+    from lessons.lr_schedules import equal_budget
+    from lessons.mixed_precision import master_weights
+    from lessons.tokens import comparison
+
+    S = lr_schedules.settings("smoke", seeds=4)
+    names = ["constant (after warmup)", "cosine", "linear", "WSD (cosine decay)"]
+    runs = {n: History(val_step=[1], val_loss=[v]) for n, v in zip(names, (1.99, 1.89, 1.87, 1.87))}
+    for seeds, holds in ((([1.99, 1.98, 2.00, 1.97], [1.89, 1.90, 1.88, 1.91]), True),
+                         (([1.89, 1.90, 1.88, 1.91], [1.99, 1.98, 2.00, 1.97]), False),
+                         (([1.90, 1.89, 1.91, 1.88], [1.89, 1.90, 1.88, 1.91]), False)):
+        ledger = Ledger("t")
+        equal_budget.findings(ledger, S, runs, seeds)
+        assert {c.key: c for c in ledger.claims}["decay_beats_constant"].passed is holds
+
+    M = mixed_precision.settings("smoke")
+    master = master_weights.run(M)
+    for seeds, holds in ((([2.353, 2.355, 2.356], [2.323, 2.335, 2.331]), True),
+                         (([2.323, 2.335, 2.331], [2.353, 2.355, 2.356]), False)):
+        ledger = Ledger("t")
+        master_weights.findings(ledger, master, seeds)
+        assert {c.key: c for c in ledger.claims}["master_lower_loss"].passed is holds
+
+    T = tokens.settings("smoke")
+    h = History(val_step=[1], val_loss=[2.3])
+    def trained(name, nats, n_tokens):
+        return comparison.Trained(name, History(val_step=[1], val_loss=[nats]), 100, n_tokens, 1000, 1e6)
+    better = {"characters": trained("c", 2.3, 1000), "BPE": trained("b", 3.9, 450),
+              "characters, seed 1": trained("c", 2.32, 1000), "BPE, seed 1": trained("b", 3.95, 450)}
+    ledger = Ledger("t")
+    comparison.findings(ledger, T, better)
+    assert {c.key: c for c in ledger.claims}["per_byte_bpe"].passed and "2 seeds" in ledger.to_text()
+    same = {**better, "BPE": trained("b", 2.3, 1000), "BPE, seed 1": trained("b", 2.32, 1000)}
+    ledger = Ledger("t")
+    comparison.findings(ledger, T, same)
+    assert not {c.key: c for c in ledger.claims}["per_byte_bpe"].passed
+    assert h.final_val_loss == 2.3

@@ -31,10 +31,11 @@ class Settings(LabConfig):
                                 # None: runs too short to say (the sign changes with the seed)
     warmup_margin: float | None  # ... and warmup beats none by at least this (nats); None: runs too short to say
     estimates: int = 5      # validation estimates along each run after the one at its start (they draw the curves)
+    seeds: int = 1          # seeds the decay-against-constant comparison is made over (1: this run only, no interval)
     agree_within: float = 0.05  # nats: how close schedules that should end alike must end (the smoke profile's
                                 # short runs scatter more: 0.053 at worst over seeds 0-7)
 
-    RANGES = {"BUDGET": (50, 1_000_000), "PEAK_LR": (1e-6, 1.0), "WARMUP_LR": (1e-6, 1.0),
+    RANGES = {"BUDGET": (50, 1_000_000), "PEAK_LR": (1e-6, 1.0), "WARMUP_LR": (1e-6, 1.0), "SEEDS": (1, 100),
               "WARMUP_STEPS": (50, 1_000_000), "HORIZON": (50, 1_000_000), "ESTIMATES": (1, 1000)}
 
 
@@ -43,7 +44,7 @@ PROFILES = {
                       warmup_lr=3e-2, warmup_steps=120, horizon=180, decay_margin=None, warmup_margin=None,
                       estimates=3, agree_within=0.075),
     "cpu": Settings(profile="cpu", n_layer=2, n_embd=64, block_size=64, batch_size=16, budget=600, peak_lr=1e-2,
-                    warmup_lr=3e-2, warmup_steps=400, horizon=600, decay_margin=0.05, warmup_margin=None),
+                    warmup_lr=3e-2, warmup_steps=400, horizon=600, decay_margin=0.05, warmup_margin=None, seeds=4),
     "gpu": Settings(profile="gpu", n_layer=6, n_embd=384, block_size=256, batch_size=64, budget=3000, peak_lr=3e-3,
                     warmup_lr=1e-2, warmup_steps=2000, horizon=4000, decay_margin=0.02, warmup_margin=0.05),
 }

@@ -1,9 +1,11 @@
 """Lesson 02, section 2: the schedules trained on an equal budget of steps."""
 
+from dataclasses import replace
+
 import plotly.graph_objects as go
 
-from labtools import plots
-from labtools.claims import Findings, Ledger, approx, at_least, at_most
+from labtools import evidence, plots
+from labtools.claims import Findings, Ledger, above, approx, at_least, at_most, in_words
 from labtools.schedules import bind, warmup_cosine
 from labtools.train import History, branches
 from lessons.lr_schedules import Settings, train_run
@@ -45,6 +47,25 @@ def run(S: Settings) -> dict[str, History]:
     return {name: runs[name] for name in schedules}
 
 
+CONSTANT = "constant (after warmup)"
+
+
+def over_seeds(S: Settings, runs: dict[str, History]) -> tuple[list[float], list[float]] | None:
+    """(constant's final losses, cosine's), run for run over S.seeds seeds (this run's first), or None for one seed:
+    the same model initialisation and data order for both at each seed."""
+    if S.seeds < 2:
+        return None
+    constant, cosine = [runs[CONSTANT].final_val_loss], [runs["cosine"].final_val_loss]
+    schedules = schedule_set(S.budget, 0.1, 0.1, 0.7 / 0.9, "cosine")
+    warmup = schedules["cosine"].keywords["warmup"]
+    for k in range(1, S.seeds):
+        other = replace(S, seed=S.seed + k)
+        constant.append(train_run(other, schedules[CONSTANT], S.budget, S.peak_lr,
+                                  desc=f"constant, seed {other.seed}").final_val_loss)
+        cosine.append(cosine_run(other, S.budget, warmup).final_val_loss)
+    return constant, cosine
+
+
 def finals_figure(runs: dict[str, History], title: str) -> go.Figure:
     names = list(runs)
     fig = plots.bars(names, {"final val loss": [runs[n].final_val_loss for n in names]}, title=title,
@@ -55,15 +76,20 @@ def finals_figure(runs: dict[str, History], title: str) -> go.Figure:
     return fig
 
 
-def findings(ledger: Ledger, S: Settings, runs: dict[str, History]) -> Findings:
+def findings(ledger: Ledger, S: Settings, runs: dict[str, History],
+             seeds: tuple[list[float], list[float]] | None = None) -> Findings:
     f = {n: h.final_val_loss for n, h in runs.items()}
-    const = f["constant (after warmup)"]
-    decaying = {n: v for n, v in f.items() if n != "constant (after warmup)"}
+    const = f[CONSTANT]
+    decaying = {n: v for n, v in f.items() if n != CONSTANT}
     gain = const - max(decaying.values())  # constant − the worst decaying schedule
     spread = max(f.values()) - min(f.values())
-    if S.decay_margin is not None:
+    paired = evidence.paired(*seeds) if seeds else None  # constant − cosine, seed by seed (lesson 18)
+    if paired is not None:
+        ledger.add("decay_beats_constant", f"Equal budget ({S.budget} steps): cosine's decay ends below constant, "
+                   f"over {paired.n} seeds paired (constant − cosine, nats)", paired, above(0.0), kind="measured")
+    elif S.decay_margin is not None:
         ledger.add("decay_beats_constant", f"Equal budget ({S.budget} steps): every decaying schedule ends at least "
-                   f"{S.decay_margin:g} nats below constant (constant − worst decaying)", gain,
+                   f"{S.decay_margin:g} nats below constant (constant − worst decaying; one seed)", gain,
                    at_least(S.decay_margin), kind="measured")
     else:  # in the smoke profile's 180 steps the sign of this difference changes from seed to seed
         ledger.note("decay_gain_over_constant", gain)
@@ -76,10 +102,15 @@ def findings(ledger: Ledger, S: Settings, runs: dict[str, History]) -> Findings:
                "cosine spends 1/3 of its decay in the middle half of the range, linear 1/2 (cosine's share ÷ "
                "linear's)", mid["cosine"] / mid["linear"], approx(2 / 3, rel=0.01),
                source="a widely repeated statement", kind="computed")
-    if S.decay_margin is None:
+    if paired is not None:
+        answer = (f"{'Yes' if paired.low > 0 else 'Not clearly'}: over {in_words(paired.n)} seeds cosine ends "
+                  f"**{paired.estimate:.3f}** nats below constant on average, its interval, paired by seed, "
+                  f"{'clear of zero' if paired.low > 0 else 'reaching zero'} (lesson 18). The three decays end close "
+                  "together: *that* the rate comes down matters more than the shape.")
+    elif S.decay_margin is None:
         answer = (f"In {S.budget} steps the four schedules end within **{spread:.2f}** nats of each other, a gap "
                   "whose sign changes with the seed: a run this short cannot say whether decaying helps. The `cpu` "
-                  "profile's longer runs can.")
+                  "profile's longer runs, over several seeds, can.")
     else:
         answer = (f"Yes: every decaying schedule ends at least **{gain:.2f}** nats below constant, and the three "
                   "decays end close together: *that* the rate comes down matters more than the shape.")
@@ -89,4 +120,5 @@ def findings(ledger: Ledger, S: Settings, runs: dict[str, History]) -> Findings:
         answer,
         "Cosine spends a third of its decay in the middle half of the range and linear half of it: the widely "
         "repeated statement is backwards (computed from the schedules).",
-    ], [table, f"Peak learning rate {S.peak_lr:g}, {S.budget} steps, the same data order for every run."])
+    ], [table, f"Peak learning rate {S.peak_lr:g}, {S.budget} steps, the same data order for every run."]
+       + ([evidence.table([("constant − cosine, paired by seed", paired)])] if paired else []))

@@ -28,10 +28,11 @@ class Settings(LabConfig):
     speed_steps: int       # timed training steps per precision
     matmul_size: int = 1024  # n of the timed n×n matrix products
     eval_batches: int = 10   # validation batches per estimate in the training runs (the same ones every time)
+    seeds: int = 1           # seeds the fp32 master and pure bf16 weights are compared over (1: this run only)
 
     RANGES = {"SCALING_STEPS": (20, 1_000_000), "SHRINK_EXP": (0, 60), "GROWTH_INTERVAL": (1, 100_000),
               "MASTER_STEPS": (40, 1_000_000), "MASTER_LR": (1e-6, 1.0), "SPEED_STEPS": (1, 1000),
-              "MATMUL_SIZE": (16, 16384), "EVAL_BATCHES": (1, 1000)}
+              "MATMUL_SIZE": (16, 16384), "EVAL_BATCHES": (1, 1000), "SEEDS": (1, 100)}
 
 
 PROFILES = {
@@ -42,7 +43,7 @@ PROFILES = {
                       growth_interval=2, master_steps=40, master_lr=1e-3, speed_steps=3, matmul_size=512,
                       eval_batches=4),
     "cpu": Settings(profile="cpu", n_layer=2, n_embd=64, block_size=64, batch_size=16, scaling_steps=300, shrink_exp=16,
-                    growth_interval=10, master_steps=400, master_lr=1e-3, speed_steps=10),
+                    growth_interval=10, master_steps=400, master_lr=1e-3, speed_steps=10, seeds=3),
     "gpu": Settings(profile="gpu", n_layer=6, n_embd=384, block_size=256, batch_size=64, scaling_steps=1000,
                     shrink_exp=16,
                     growth_interval=50, master_steps=2000, master_lr=1e-3, speed_steps=20),

@@ -26,9 +26,10 @@ class Settings(LabConfig):
     ep_tokens: int          # tokens per rank in the expert-parallel check
     beats_margin: float | None = None  # what this profile's runs can show: the MoE ends at least this many nats below
                                        # the dense model of its active size; None: one short run cannot say
+    seeds: int = 1          # seeds the MoE and the dense model of its active size are compared over (1: this run)
 
     RANGES = {"N_EXPERTS": (2, 64), "CAPACITY_FACTOR": (0.1, 16.0), "BALANCE_WEIGHT": (0.0, 1.0),
-              "EP_TOKENS": (8, 1 << 16), "DP": (1, 4)}
+              "EP_TOKENS": (8, 1 << 16), "DP": (1, 4), "SEEDS": (1, 100)}
 
     def __post_init__(self):
         super().__post_init__()
@@ -44,7 +45,7 @@ PROFILES = {
                       dp=2, ep_tokens=64),
     "cpu": Settings(profile="cpu", n_layer=4, n_embd=96, n_head=4, block_size=64, batch_size=16, steps=400,
                     lr=3e-3, n_experts=8, top_k=2, capacity_factor=1.25, balance_weight=0.1, ep=2, dp=2,
-                    ep_tokens=256),
+                    ep_tokens=256, seeds=3),
     "gpu": Settings(profile="gpu", n_layer=6, n_embd=384, n_head=6, block_size=256, batch_size=32, steps=1000,
                     lr=1e-3, n_experts=8, top_k=2, capacity_factor=1.25, balance_weight=0.01, ep=2, dp=1,
                     ep_tokens=4096),

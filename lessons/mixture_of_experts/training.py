@@ -1,9 +1,11 @@
 """Lesson 15, sections 2-3: an MoE GPT trained beside a dense GPT of the same active parameters and one of the same
 total parameters; FLOPs per token counted; where the tokens go with and without the balancing loss."""
 
+import dataclasses
 import math
 import statistics
 import time
+from dataclasses import replace
 
 import ipywidgets as W
 import numpy as np
@@ -13,8 +15,8 @@ import torch.nn as nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from labtools import plots
-from labtools.claims import Findings, Ledger, approx, at_least, at_most
+from labtools import evidence, plots
+from labtools.claims import Findings, Ledger, approx, at_least, at_most, in_words
 from labtools.data import text
 from labtools.controls import choice_slider
 from labtools.device import pick_device
@@ -142,6 +144,24 @@ def run(S: Settings) -> dict:
     return res
 
 
+COMPARED = ("dense, same active", "MoE")
+
+
+def over_seeds(S: Settings, res: dict) -> tuple[list[float], list[float]] | None:
+    """(the dense model's final validation losses, the MoE's) over S.seeds seeds, this run's first: each seed sets
+    both models' initial weights and their batches. None for one seed."""
+    if S.seeds < 2:
+        return None
+    vocab = text().vocab_size
+    out = {name: [res[name]["val"]] for name in COMPARED}
+    for k in range(1, S.seeds):
+        other = replace(S, seed=S.seed + k)
+        for name in COMPARED:
+            out[name].append(train(other, build(other, name, vocab), other.balance_weight,
+                                   f"{name}, seed {other.seed}")["val"])
+    return out[COMPARED[0]], out[COMPARED[1]]
+
+
 def smooth(xs: list[float], k: int = 10) -> list[float]:
     return [statistics.mean(xs[max(0, i - k + 1):i + 1]) for i in range(len(xs))]
 
@@ -159,14 +179,23 @@ def loss_figure(res: dict) -> go.Figure:
     return fig
 
 
-def findings(ledger: Ledger, res: dict, S: Settings) -> Findings:
+def findings(ledger: Ledger, res: dict, S: Settings, seeds: tuple[list[float], list[float]] | None = None) -> Findings:
     d, m = res["dense, same active"], res["MoE"]
     ledger.add("moe_flops", "An MoE step's FLOPs per token follow its active parameters: the counter's count ÷ "
                "(6 × active matrix weights + 12·L·s·h) (capacity drops and the router's extra make it differ)",
                m["flops"] / m["formula"], approx(1.0, rel=0.05), kind="counted")
     ledger.note("params", {k: {"total": res[k]["params"], "active": res[k]["active"]} for k in RUNS})
     gap = d["val"] - m["val"]
-    if S.beats_margin is not None:
+    paired = evidence.paired(*seeds) if seeds else None  # dense − MoE, seed by seed (lesson 18)
+    if paired is not None:
+        ledger.note("dense_minus_moe_over_seeds", dataclasses.asdict(paired))
+        lower = sum(x > y for x, y in zip(*seeds))
+        answer = (f"{'Yes' if paired.low > 0 else 'Not settled'}: over {in_words(paired.n)} seeds the MoE ended "
+                  f"**{paired.estimate:.2f}** nats below the dense model of its active size on average, lower on "
+                  f"{in_words(lower)} of them; " + ("paired by seed, the interval clears zero." if paired.low > 0 else
+                                                    "paired by seed, the interval still reaches zero: more seeds "
+                                                    "would be needed to settle it (lesson 18)."))
+    elif S.beats_margin is not None:
         ledger.add("moe_beats_dense_active", f"At the same FLOPs per token the MoE ends at least {S.beats_margin:g} "
                    "nats below the dense model with its active parameters (dense − MoE)", gap,
                    at_least(S.beats_margin), kind="measured")
@@ -188,6 +217,7 @@ def findings(ledger: Ledger, res: dict, S: Settings) -> Findings:
         + "\n".join(f"| {name} | {r['params'] / 1e6:.2f} M | {r['active'] / 1e6:.2f} M | "
                      f"{r['flops'] / d['flops']:.2f} | {r['val']:.3f} |" for name, r in res.items() if name in RUNS),
         f"Validation loss after {S.steps} steps, the same batches for every model.",
+        *([evidence.table([("dense − MoE, paired by seed", paired)])] if paired else []),
     ])
 
 

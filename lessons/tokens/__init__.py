@@ -31,9 +31,10 @@ class Settings(LabConfig):
     row_len: int          # tokens per row in section 4
     pack_steps: int       # training steps per packing strategy (section 4)
     loader_tokens: int    # tokens each loader of section 5 delivers while it is timed
+    seeds: int = 1        # seeds section 3's two models are compared over (1: this run only)
 
     RANGES = {"VOCAB_SIZE": (BYTES + 1, 8192), "ROW_LEN": (2, 4096), "TRAIN_CHARS": (2_000, 1_000_000),
-              "TEXT_CHARS": (20_000, 1_000_000), "PACK_STEPS": (1, 100_000)}
+              "TEXT_CHARS": (20_000, 1_000_000), "PACK_STEPS": (1, 100_000), "SEEDS": (1, 100)}
 
     def __post_init__(self):
         super().__post_init__()
@@ -54,7 +55,7 @@ PROFILES = {
                       text_chars=400_000, row_len=64, pack_steps=40, loader_tokens=200_000),
     "cpu": Settings(profile="cpu", n_layer=4, n_embd=128, n_head=4, block_size=128, batch_size=16, steps=300,
                     lr=3e-3, train_chars=300_000, vocab_size=1024, vocab_sweep=(256, 384, 512, 1024, 2048, 4096),
-                    text_chars=1_000_000, row_len=128, pack_steps=120, loader_tokens=1_000_000),
+                    text_chars=1_000_000, row_len=128, pack_steps=120, loader_tokens=1_000_000, seeds=2),
     "gpu": Settings(profile="gpu", n_layer=6, n_embd=384, n_head=6, block_size=256, batch_size=64, steps=2000,
                     lr=1e-3, train_chars=1_000_000, vocab_size=4096,
                     vocab_sweep=(256, 512, 1024, 2048, 4096, 8192), text_chars=1_000_000, row_len=256,

@@ -4,14 +4,14 @@ token ranks them one way; bits per byte of the same held-out text, the fair meas
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from labtools import plots, tokenizer
-from labtools.claims import Findings, Ledger, at_least, at_most
+from labtools import evidence, plots, tokenizer
+from labtools.claims import Findings, Ledger, above, at_least, at_most
 from labtools.config import gpt_config
 from labtools.data import Corpus
 from labtools.model import GPT
@@ -71,15 +71,30 @@ def _train(S: Settings, corpus: Corpus, name: str) -> Trained:
 
 
 def run(S: Settings, merges: list) -> dict[str, Trained]:
-    """Both models, the same shape, steps, batch and seed."""
-    return {"characters": _train(S, char_corpus(S.text_chars), "characters"),
-            "BPE": _train(S, bpe_corpus(S, merges), f"BPE, {S.vocab_size:,} tokens")}
+    """Both models, the same shape, steps, batch and seed; with S.seeds > 1 also both at the seeds after it (keys
+    "characters, seed k", "BPE, seed k")."""
+    bpe = bpe_corpus(S, merges)
+    out = {"characters": _train(S, char_corpus(S.text_chars), "characters"),
+           "BPE": _train(S, bpe, f"BPE, {S.vocab_size:,} tokens")}
+    for k in range(1, S.seeds):
+        other = replace(S, seed=S.seed + k)
+        out[f"characters, seed {other.seed}"] = _train(other, char_corpus(S.text_chars),
+                                                       f"characters, seed {other.seed}")
+        out[f"BPE, seed {other.seed}"] = _train(other, bpe, f"BPE, seed {other.seed}")
+    return out
+
+
+def _pairs(runs: dict[str, Trained]) -> tuple[list[float], list[float]]:
+    """Bits per byte, the characters' and BPE's, seed by seed."""
+    chars = [r.bits_per_byte() for k, r in runs.items() if k.startswith("characters")]
+    bpe = [r.bits_per_byte() for k, r in runs.items() if k.startswith("BPE")]
+    return chars, bpe
 
 
 def figure(runs: dict[str, Trained]) -> go.Figure:
     fig = make_subplots(rows=1, cols=2, subplot_titles=("validation loss per token (nats)",
                                                         "validation bits per byte of the same text"))
-    for i, r in enumerate(runs.values()):
+    for i, r in enumerate(v for k, v in runs.items() if "seed" not in k):
         h = r.history
         fig.add_trace(go.Scatter(x=h.val_step, y=h.val_loss, mode="lines+markers", name=r.name,
                                  line=dict(color=plots.color(i)), legendgroup=r.name), row=1, col=1)
@@ -103,9 +118,15 @@ def findings(ledger: Ledger, S: Settings, runs: dict[str, Trained]) -> Findings:
                "characters', nats; one seed: a token of BPE carries more text to predict)",
                b.nats_per_token - c.nats_per_token, at_least(0.5), kind="measured")
     gap = c.bits_per_byte() - b.bits_per_byte()
-    ledger.add("per_byte_bpe", "Per byte of the same held-out text the BPE model is better at equal compute (the "
-               f"characters' − BPE's bits per byte; one seed at {S.steps} steps)", gap, at_least(0.1),
-               kind="measured")
+    chars, bpe = _pairs(runs)
+    if len(chars) > 1:  # over seeds, paired (lesson 18)
+        ledger.add("per_byte_bpe", "Per byte of the same held-out text the BPE model is better at nearly equal "
+                   f"compute (the characters' − BPE's bits per byte, paired over {len(chars)} seeds at {S.steps} "
+                   "steps)", evidence.paired(chars, bpe), above(0.1), kind="measured")
+    else:
+        ledger.add("per_byte_bpe", "Per byte of the same held-out text the BPE model is better at nearly equal "
+                   f"compute (the characters' − BPE's bits per byte; one seed at {S.steps} steps)", gap,
+                   at_least(0.1), kind="measured")
     share = embedding_share(shape(S, S.vocab_size))[0]
     per_token = b.nats_per_token - c.nats_per_token
     return Findings([
