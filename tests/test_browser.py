@@ -31,10 +31,12 @@ from labtools.claims import HEADLINE_MAX, KINDS, read_ledgers
 ROOT = Path(__file__).resolve().parents[1]
 # Lessons that read the loopback interface's byte counters, or whose claims time ranks against a prediction, run
 # last, and not while another test process launches ranks: tests/suite.py (make test) names a file in
-# LABTOOLS_WAIT_FOR that appears when its unit tests are done. (Lesson 16's calibration beside the unit tests: its two
-# ranks took 25.2 ms per step together against 10.7 ms alone, and its all-reduce measured 572 µs per ring step.)
+# LABTOOLS_WAIT_FOR that appears when its unit tests that start ranks are done, and one in LABTOOLS_WAIT_FOR_ALL that
+# appears when all are. Lesson 16 times its ranks: it waits for all (its calibration beside the unit tests: two
+# ranks took 25.2 ms per step together against 10.7 ms alone, and its all-reduce measured 572 µs per ring step).
 QUIET = ("07_data_parallel", "08_fsdp_zero", "09_pipeline_parallel", "10_tensor_parallel", "14_context_parallel",
          "15_mixture_of_experts", "16_plan_a_run")
+TIMED = ("16_plan_a_run",)
 # Lessons that train little run first, while make test's unit tests (tests/suite.py) keep the other core busy: two
 # lanes that both train slow each other more than a training lane beside a drawing one (lesson 04's loss-scaling
 # cell took 21 s alone and 39 s beside the unit tests).
@@ -166,9 +168,10 @@ def drive(server: JupyterLab, page, name: str, screenshot: bool = True) -> dict:
         close_notebook(page, server, name)  # and shut its kernel down before the next lesson
 
 
-def wait_for_other_tests() -> None:
-    """Block until the file named in LABTOOLS_WAIT_FOR exists (make test's unit tests have finished)."""
-    flag = os.environ.get("LABTOOLS_WAIT_FOR")
+def wait_for_other_tests(env: str) -> None:
+    """Block until the file named in env exists (make test's unit tests that start ranks, or all of them, have
+    finished)."""
+    flag = os.environ.get(env)
     if not flag:
         return
     deadline = time.monotonic() + WAIT_TIMEOUT_S
@@ -206,7 +209,7 @@ def shoot(page, lesson: str) -> None:
 def test_lesson_runs_in_jupyterlab_and_its_panels_respond(path, lab, record_property):
     server, page = lab
     if path.stem in QUIET:
-        wait_for_other_tests()
+        wait_for_other_tests("LABTOOLS_WAIT_FOR_ALL" if path.stem in TIMED else "LABTOOLS_WAIT_FOR")
     seen = drive(server, page, path.name)
     lesson, run = seen["lesson"], seen["run"]
     record_property("seconds", round(run["seconds"], 1))

@@ -3,6 +3,7 @@ real ranks against one process, its bytes and its causal balance; the merge exer
 
 import dataclasses
 
+import pytest
 import torch
 import torch.nn.functional as F
 from learner_files import load
@@ -35,6 +36,7 @@ def test_blocks_merged_with_their_log_sum_exps_equal_attention_over_all_keys():
     assert block_attention(q[..., :4, :], k[..., 8:, :], v[..., 8:, :], pos[:4], pos[8:]) is None  # all masked
 
 
+@pytest.mark.ranks
 def test_ring_attention_on_four_ranks_equals_one_process_and_zigzag_evens_the_work(session_run_root):
     from lessons.context_parallel import ranks, settings
     from test_dist import wait_gone
@@ -111,6 +113,7 @@ def test_lesson_14_merge_solution_passes_and_forming_the_exp_sums_fails_on_large
     assert merge_exercise.check_merge(stub).message == NOT_WRITTEN
 
 
+@pytest.mark.ranks
 def test_lesson_14_a_merge_right_in_value_but_cut_from_autograd_fails_only_on_the_ranks(tmp_path, session_run_root):
     from lessons.context_parallel import merge_exercise, settings
     from test_dist import wait_gone
@@ -132,6 +135,7 @@ def my_detached_merge(out1, lse1, out2, lse2):
     assert wait_gone(session_run_root) == []
 
 
+@pytest.mark.ranks
 def test_lesson_14_a_merge_that_never_ends_on_one_rank_stops_at_its_line(tmp_path, session_run_root, monkeypatch):
     from lessons.context_parallel import merge_exercise, settings
     from test_dist import wait_gone
@@ -152,6 +156,7 @@ def my_merge(out1, lse1, out2, lse2):
     assert wait_gone(session_run_root) == []
 
 
+@pytest.mark.ranks
 def test_lesson_14_a_merge_cut_from_autograd_is_named_not_a_checker_error(tmp_path, session_run_root):
     from lessons.context_parallel import merge_exercise, settings
 

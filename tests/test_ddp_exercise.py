@@ -21,6 +21,7 @@ def variant(tmp_path, *edits: tuple[str, str]):
     return load(tmp_path, "import torch\nimport torch.distributed as dist\n\n" + source, "MyDDP")
 
 
+@pytest.mark.ranks
 def test_the_solution_matches_ddp_buckets_gradients_and_overlap(tmp_path):
     out = dx.check(variant(tmp_path), S)
     assert out.passed and "the same buckets" in out.message, out.message
@@ -49,6 +50,7 @@ MISTAKES = {
 }
 
 
+@pytest.mark.ranks
 @pytest.mark.parametrize("mistake", MISTAKES)
 def test_each_mistake_fails_with_the_hint_that_names_it(tmp_path, mistake):
     edits, hint = MISTAKES[mistake]

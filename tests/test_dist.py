@@ -19,6 +19,8 @@ from labtools.parallel import RankFailed, RunTimedOut, checks, launch
 from labtools.parallel.checks import Fault
 from labtools.parallel.processes import RUN_DIR_ENV
 
+pytestmark = pytest.mark.ranks  # every test here starts ranks
+
 
 def processes_under(root: Path) -> list[str]:
     """Processes of this session's runs: their command line names a path under root, or their environment a run

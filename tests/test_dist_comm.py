@@ -6,6 +6,8 @@ from labtools.layout import collective_bytes
 from labtools.parallel import launch
 from labtools.parallel.checks import Sizes, ring_parity
 
+pytestmark = pytest.mark.ranks  # every test here starts ranks
+
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_ring_all_reduce_matches_torch(world):

@@ -129,6 +129,7 @@ def test_difference_refuses_a_different_shape_or_structure():
     assert difference({"a": 1.0}, {"a": 1.5}) == 0.5
 
 
+@pytest.mark.ranks
 def test_lesson_07_ring_on_real_ranks_solution_passes_and_a_ring_without_all_gather_fails():
     S = data_parallel.settings("smoke")
     good = ring_exercise.check(ring_exercise.reference, S)
@@ -150,6 +151,7 @@ def test_lesson_07_ring_on_real_ranks_solution_passes_and_a_ring_without_all_gat
     assert bad.status == "fail" and "12 elements on 3 ranks" in bad.message and "one chunk is right" in bad.message
 
 
+@pytest.mark.ranks
 def test_lesson_07_ring_that_never_ends_on_one_rank_stops_at_its_line_and_names_the_rank():
     S = data_parallel.settings("smoke")
 
@@ -168,6 +170,7 @@ def test_lesson_07_ring_that_never_ends_on_one_rank_stops_at_its_line_and_names_
     assert "line 7: `continue" in out.message and "exchange()" not in out.message.split("hint")[0]
 
 
+@pytest.mark.ranks
 def test_lesson_07_ring_refuses_a_collective_called_directly_and_a_ring_that_sends_the_whole_tensor():
     S = data_parallel.settings("smoke")
 

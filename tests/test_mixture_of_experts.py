@@ -101,6 +101,7 @@ def test_bad_settings_are_named(kw, match):
         settings("smoke", **kw)
 
 
+@pytest.mark.ranks
 def test_expert_parallelism_on_two_ranks_equals_one_process(session_run_root):
     from lessons.mixture_of_experts import experts, settings
     from test_dist import wait_gone

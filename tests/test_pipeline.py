@@ -114,6 +114,7 @@ def test_stages_chained_compute_the_whole_model():
         gpt_stages(GPT(GPTConfig(vocab_size=32, block_size=16, n_layer=4, n_head=2, n_embd=32)), 2)
 
 
+@pytest.mark.ranks
 def test_two_ranks_every_schedule_equals_one_process():
     S = Settings(n_layer=4, n_embd=32, block_size=16, batch_size=8, m=4, micro_batches=(4,), worlds=(2,))
     res = launch(parity, 2, S, show_progress=False)
@@ -127,6 +128,7 @@ def test_two_ranks_every_schedule_equals_one_process():
     assert sorted(zbv.stages) == [0, 3]  # the V's two ends
 
 
+@pytest.mark.ranks
 def test_real_compute_timelines_are_gathered_to_rank_0():
     job = Settings(n_layer=4, n_embd=32, block_size=16, batch_size=8, m=2, micro_batches=(2,), worlds=(2,),
                   schedules=("written-out 1f1b",), simulate=False, zero_bubble=False)
@@ -161,6 +163,7 @@ def _gpipe_over_a_v(p: int, m: int) -> list[list[str]]:
     return out
 
 
+@pytest.mark.ranks
 def test_zbv_runs_torchs_list_on_two_ranks_and_the_claims_can_fail():
     from labtools.claims import Ledger
     from lessons.pipeline_parallel import zero_bubble

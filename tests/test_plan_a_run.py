@@ -253,6 +253,7 @@ def test_the_calibration_fits_each_collective_and_predicts_the_communication_of_
     assert said.statements[0].startswith(("This run cannot tell", "Not this time")), said.statements[0]
 
 
+@pytest.mark.ranks
 def test_calibration_runs_on_two_ranks(session_run_root):
     from lessons.plan_a_run import ranks
     from lessons.plan_a_run.ranks import CalibrationJob
@@ -274,6 +275,7 @@ def test_calibration_runs_on_two_ranks(session_run_root):
     assert r0.n_params == build_gpt(job).num_params() and r0.world == 2
 
 
+@pytest.mark.ranks
 def test_the_sharded_step_trains_as_adamw_on_the_whole_batch_in_one_process(session_run_root):
     from lessons.plan_a_run import ranks
     from lessons.plan_a_run.ranks import CalibrationJob

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = sorted(p.parent.name for p in (ROOT / "lessons").glob("*/__init__.py"))
 RANK_MODULES = [f"lessons.{name}" for name in LESSONS]  # each lesson's settings
@@ -49,6 +51,7 @@ def test_the_ui_check_names_the_module_that_pulls_one_in():
     assert pulled["labtools.parallel.comm"] == [] and "plotly" in pulled["lessons.data_parallel.equivalence"]
 
 
+@pytest.mark.ranks
 def test_the_supervisor_starts_without_torch():
     """It sits between the caller and torchrun: importing torch there would add seconds to every launch."""
     code = "import sys, labtools.parallel.supervise; print('torch' in sys.modules)"

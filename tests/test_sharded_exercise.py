@@ -21,6 +21,7 @@ def variant(tmp_path, *edits: tuple[str, str]):
                 "MyShardedAdamW")
 
 
+@pytest.mark.ranks
 def test_the_solution_matches_adamw_and_keeps_one_shard_of_state(tmp_path):
     out = sx.check(variant(tmp_path), S)
     assert out.passed and f"1/{sx.WORLD}" in out.message, out.message
@@ -58,6 +59,7 @@ MISTAKES = {
 }
 
 
+@pytest.mark.ranks
 @pytest.mark.parametrize("mistake", MISTAKES)
 def test_each_mistake_fails_with_the_hint_that_names_it(tmp_path, mistake):
     edits, hint = MISTAKES[mistake]

@@ -14,6 +14,7 @@ from lessons.tensor_parallel import Settings
 from lessons.tensor_parallel.ranks import ParityResult, Version, parity
 
 
+@pytest.mark.ranks
 def test_two_ranks_written_out_and_dtensor_equal_one_rank():
     res = launch(parity, 2, Settings(n_layer=1, n_embd=32, n_head=4, block_size=16, batch_size=2), show_progress=False)
     for r in res:

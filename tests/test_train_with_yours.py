@@ -6,6 +6,7 @@ named, the stub runs nothing, and the learner's error or endless loop ends as a 
 import math
 from types import SimpleNamespace
 
+import pytest
 import torch
 import torch.nn.functional as F
 from learner_files import load
@@ -154,6 +155,7 @@ def _yours(tmp_path, module, name: str):
     return load(tmp_path, module.solution_source(), name)
 
 
+@pytest.mark.ranks
 def test_lesson_09_your_1f1b_order_drives_the_pipeline_on_ranks_and_a_gpipe_order_is_refused_before_launching(
         tmp_path):
     S = pipeline_parallel.settings("smoke")
@@ -170,6 +172,7 @@ def test_lesson_09_your_1f1b_order_drives_the_pipeline_on_ranks_and_a_gpipe_orde
     assert wrong.outcome.status == "fail" and "rank 0" in wrong.outcome.message and wrong.yours is None
 
 
+@pytest.mark.ranks
 def test_lesson_10_your_mlp_shards_train_the_gpt_on_ranks_and_wrong_shards_are_refused(tmp_path):
     S = tensor_parallel.settings("smoke")
     res = SimpleNamespace(single=tp_ranks.single_process(S))
@@ -183,6 +186,7 @@ def test_lesson_10_your_mlp_shards_train_the_gpt_on_ranks_and_wrong_shards_are_r
     assert wrong.outcome.status == "fail" and "check above" in wrong.outcome.message and wrong.yours is None
 
 
+@pytest.mark.ranks
 def test_lesson_08_your_partition_shards_adamw_on_ranks_with_zero1s_state_and_a_wrong_one_is_refused(tmp_path):
     S = fsdp_zero.settings("smoke", steps=5)  # one process on the whole batch parts from DDP by rounding only
     n = 2
