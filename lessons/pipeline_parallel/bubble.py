@@ -9,7 +9,7 @@ from labtools.pipeline import SCHEDULES, Schedule, decompose
 from lessons.pipeline_parallel import QUOTED_EFFICIENCY, Settings
 from lessons.pipeline_parallel.launches import DepthRun
 from lessons.pipeline_parallel.order_exercise import rule_orders, torch_orders
-from lessons.pipeline_parallel.ranks import Timeline
+from lessons.pipeline_parallel.ranks import QUOTED_PAD, Timeline
 
 
 def measured(results: dict[int, DepthRun], real: bool = False) -> list[Timeline]:
@@ -76,7 +76,8 @@ def timeline_findings(ledger: Ledger, S: Settings, results: dict[int, DepthRun])
     if overruns > 0.05 * actions:
         answer += f" But **{overruns / actions:.0%}** of the actions overran it, and stretch the timelines."
     return Findings([answer], [
-        f"Each forward padded to {S.t_f_ms:g} ms and each backward to {S.t_b_ms:g} ms.",
+        f"Each forward padded to {S.t_f_ms:g} ms and each backward to {S.t_b_ms:g} ms (the quoted case of section 4: "
+        f"{QUOTED_PAD:g} times as long, so that a hop between ranks weighs less).",
         f"{overruns} of {actions:,} timed actions overran their simulated time (their real compute took longer).",
     ])
 
