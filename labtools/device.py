@@ -5,6 +5,7 @@ import html
 import os
 import platform
 from dataclasses import dataclass, fields, is_dataclass
+from pathlib import Path
 
 import torch
 
@@ -38,6 +39,25 @@ def device_name(device: torch.device | str | None = None) -> str:
     except OSError:
         model = ""
     return model or platform.processor() or platform.machine() or "cpu"
+
+
+NATIVE_16BIT = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}  # CPU flags of 16-bit units
+
+
+def cpu_flags() -> list[str]:
+    """The CPU's native low-precision features (Linux): what decides whether fp16/bf16 math is fast here."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if platform.system() != "Linux" or not cpuinfo.exists():
+        return []
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.read_text().splitlines()
+                  if line.startswith("flags")), [])
+    return sorted(f for f in flags if f in {"avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16", "amx_tile",
+                                            "avx_vnni", "f16c"})
+
+
+def cpu_has_units(precision: str) -> bool:
+    """Does this CPU compute in `precision` ("bf16" or "fp16") natively, rather than through fp32 conversions?"""
+    return any(f in cpu_flags() for f in NATIVE_16BIT[precision])
 
 
 def dtype_supported(dtype: torch.dtype, device: torch.device | str) -> bool:

@@ -1,30 +1,17 @@
 """Lesson 04, section 6: matrix products and training steps per precision on this machine."""
 
-import platform
 import time
 from contextlib import contextmanager
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from labtools.claims import Findings, Ledger, at_most
-from labtools.device import pick_device
+from labtools.device import NATIVE_16BIT, cpu_flags, pick_device
 from labtools.precision import FORMATS
 from labtools.progress import progress
 from labtools.train import autocast
 from lessons.mixed_precision import Settings, build, corpus
-
-
-def cpu_flags() -> list[str]:
-    """The CPU's native low-precision features (Linux): what decides whether fp16/bf16 math is fast here."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if platform.system() != "Linux" or not cpuinfo.exists():
-        return []
-    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.read_text().splitlines()
-                  if line.startswith("flags")), [])
-    return sorted(f for f in flags if f in {"avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16", "amx_tile",
-                                            "avx_vnni", "f16c"})
 
 
 @contextmanager
@@ -77,7 +64,7 @@ def run(S: Settings) -> dict[str, dict[str, float]]:
             "device": dev.type}
 
 
-NATIVE = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}  # CPU flags of 16-bit units
+NATIVE = NATIVE_16BIT  # CPU flags of 16-bit units
 FEATURES = {"f16c": "fp16 ↔ fp32 conversion", "avx512_bf16": "bf16 dot products",
             "amx_bf16": "a bf16 matrix-product unit", "avx512_fp16": "fp16 arithmetic",
             "amx_fp16": "an fp16 matrix-product unit", "amx_tile": "matrix-product units (AMX)",
