@@ -40,6 +40,7 @@ class GPTConfig:
     checkpoint: str = "none"  # activation checkpointing policy, one of CHECKPOINT_POLICIES
     checkpoint_every: int = 1 # blocks per checkpointed segment when checkpoint == "every_k"
     tie_embeddings: bool = True  # LM head shares the token embedding (GPT-2); False for a pipeline's last stage
+    mup_base_width: int | None = None  # µP (lesson 19): the width at which it equals the standard init; None: standard
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
@@ -54,6 +55,17 @@ class GPTConfig:
             raise ValueError(f"GPTConfig.checkpoint must be one of {CHECKPOINT_POLICIES}, got {self.checkpoint!r}")
         if not isinstance(self.checkpoint_every, int) or self.checkpoint_every < 1:
             raise ValueError(f"GPTConfig.checkpoint_every must be an int >= 1, got {self.checkpoint_every!r}")
+        if self.mup_base_width is not None:
+            if not isinstance(self.mup_base_width, int) or self.mup_base_width < 1:
+                raise ValueError(f"GPTConfig.mup_base_width must be a positive int or None, got {self.mup_base_width!r}")
+            if self.tie_embeddings:
+                raise ValueError("GPTConfig.mup_base_width needs tie_embeddings=False: under µP the head is scaled "
+                                 "and initialised unlike the token embedding")
+
+    @property
+    def width_mult(self) -> float:
+        """n_embd / mup_base_width under µP (1.0 otherwise): what the hidden learning rates and the logits divide by."""
+        return 1.0 if self.mup_base_width is None else self.n_embd / self.mup_base_width
 
 
 def tiny(vocab_size: int = 64) -> GPTConfig:
@@ -185,6 +197,14 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+        if config.mup_base_width is not None:
+            # µP (Yang et al. 2022, "Tensor Programs V"): a hidden matrix's init variance falls as 1/fan_in, equal to
+            # the standard one at the base width; the head starts at zero and its logits are divided by width_mult
+            # (forward), so the head's updates move the logits as much at every width. Embeddings keep theirs.
+            for name, p in self.transformer.h.named_parameters():
+                if p.dim() == 2:
+                    p.data.mul_(1 / math.sqrt(config.width_mult))
+            nn.init.zeros_(self.lm_head.weight)
 
     def _init_weights(self, module):
         if isinstance(module, nn.Linear):
@@ -224,6 +244,8 @@ class GPT(nn.Module):
                 x = block(x) if mask is None else block(x, mask)
         x = self.transformer.ln_f(x)
         logits = self.lm_head(x)  # (B, T, vocab_size)
+        if self.config.mup_base_width is not None:
+            logits = logits / self.config.width_mult
         loss = None
         if targets is not None:  # targets of -100 (cross_entropy's ignore_index) are left out of the mean
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))

@@ -2,7 +2,7 @@
 
 Each class is a torch.optim.Optimizer whose step() is the textbook rule, written per tensor
 for reading, not speed. tests/test_optim.py checks each against its PyTorch counterpart
-(SGD, Adam, Adam with weight_decay (= AdamL2), AdamW, Adafactor) to <= 1e-6; Lion has no
+(SGD, Adam, Adam with weight_decay (= AdamL2), AdamW, Adafactor) to <= 1e-6, Muon to the bit; Lion has no
 PyTorch counterpart and is checked against a per-step table.
 
 Notation: g gradient, θ parameter, lr learning rate, λ weight decay, t step (from 1).
@@ -68,27 +68,30 @@ class _AdamBase(Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         for group in self.param_groups:
-            lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
             for p in group["params"]:
-                if p.grad is None:
-                    continue
-                g = p.grad
-                if wd and self.decoupled:  # AdamW: shrink θ directly, whatever the gradient history
-                    p.mul_(1 - (lr / group["base_lr"] if group.get("independent_decay") else lr) * wd)
-                elif wd:
-                    g = g.add(p, alpha=wd)  # L2: λθ joins the gradient, so it is divided by √v̂ below
-                state = self.state[p]
-                if not state:
-                    state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(p)     # m: first moment
-                    state["exp_avg_sq"] = torch.zeros_like(p)  # v: second moment
-                state["step"] += 1
-                t, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
-                m.lerp_(g, 1 - beta1)                      # m ← β1 m + (1 − β1) g
-                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)  # v ← β2 v + (1 − β2) g²
-                bias1, bias2 = 1 - beta1**t, 1 - beta2**t
-                denom = (v.sqrt() / math.sqrt(bias2)).add_(eps)  # √v̂ + ε
-                p.addcdiv_(m, denom, value=-lr / bias1)          # θ ← θ − lr · m̂ / (√v̂ + ε)
+                if p.grad is not None:
+                    adam_update(p, self.state[p], group, self.decoupled)
+
+
+def adam_update(p: torch.Tensor, state: dict, group: dict, decoupled: bool | None) -> None:
+    """One Adam step of p from p.grad, its moments in state; decoupled: AdamW's decay (False: L2, None: none)."""
+    lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+    g = p.grad
+    if wd and decoupled:  # AdamW: shrink θ directly, whatever the gradient history
+        p.mul_(1 - (lr / group["base_lr"] if group.get("independent_decay") else lr) * wd)
+    elif wd:
+        g = g.add(p, alpha=wd)  # L2: λθ joins the gradient, so it is divided by √v̂ below
+    if not state:
+        state["step"] = 0
+        state["exp_avg"] = torch.zeros_like(p)     # m: first moment
+        state["exp_avg_sq"] = torch.zeros_like(p)  # v: second moment
+    state["step"] += 1
+    t, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
+    m.lerp_(g, 1 - beta1)                      # m ← β1 m + (1 − β1) g
+    v.mul_(beta2).addcmul_(g, g, value=1 - beta2)  # v ← β2 v + (1 − β2) g²
+    bias1, bias2 = 1 - beta1**t, 1 - beta2**t
+    denom = (v.sqrt() / math.sqrt(bias2)).add_(eps)  # √v̂ + ε
+    p.addcdiv_(m, denom, value=-lr / bias1)          # θ ← θ − lr · m̂ / (√v̂ + ε)
 
 
 class Adam(_AdamBase):
@@ -220,6 +223,103 @@ class Adafactor(Optimizer):
                 p.add_(U, alpha=-alpha / clip)
 
 
+NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)  # Jordan et al.'s quintic (torch.optim.Muon's defaults)
+
+
+def newton_schulz(G: torch.Tensor, steps: int = 5, coefficients: tuple[float, float, float] = NS_COEFFICIENTS,
+                  eps: float = 1e-7) -> torch.Tensor:
+    """G with its singular values pushed towards 1, in bf16: X ← aX + (bA + cA²)X, A = XXᵀ, from X = G / ‖G‖_F.
+
+    The Frobenius norm bounds the largest singular value, so every singular value starts in [0, 1]; each step maps
+    a singular value σ to aσ + bσ³ + cσ⁵, which these coefficients make steep at 0 and land near 1 (between about
+    0.7 and 1.2, not exactly 1). A tall matrix is iterated transposed, so A is the smaller Gram matrix. The same
+    operations in the same order as torch.optim.Muon's, so the same bits (tested)."""
+    a, b, c = coefficients
+    X = G.bfloat16()
+    tall = G.size(0) > G.size(1)
+    if tall:
+        X = X.T
+    X = X / X.norm().clamp(min=eps)
+    for _ in range(steps):
+        A = X @ X.T
+        B = torch.addmm(A, A, A, beta=b, alpha=c)  # bA + cA²
+        X = torch.addmm(X, B, X, beta=a)           # aX + BX
+    return X.T if tall else X
+
+
+def newton_schulz_flops(rows: int, cols: int, steps: int = 5) -> int:
+    """Multiply-adds ×2 of newton_schulz on a rows × cols matrix: per step XXᵀ (2m²n), A² (2m³), BX (2m²n), with
+    m the smaller side and n the larger."""
+    m, n = sorted((rows, cols))
+    return steps * (4 * m * m * n + 2 * m ** 3)
+
+
+class Muon(Optimizer):
+    """Muon (Jordan et al. 2024) for the groups marked use_muon, AdamW for the others, in one optimizer.
+
+    A Muon group's matrix θ (rows × cols), as torch.optim.Muon steps it:
+        B ← μ B + (1 − μ) g                      momentum, an average of gradients
+        U = (1 − μ) g + μ B  (Nesterov)  or  B
+        O = orthogonalize(U)                     newton_schulz: every direction of the update the same size
+        θ ← θ (1 − lr·λ) − lr · √max(1, rows/cols) · O
+    Every other group takes AdamW's step (adam_update), with its own lr, betas, eps and weight_decay. The defaults
+    are torch.optim.Muon's.
+    orthogonalize: newton_schulz, or your own version of it (lesson 19 trains with yours).
+    """
+
+    def __init__(self, params, lr: float = 1e-3, momentum: float = 0.95, nesterov: bool = True,
+                 weight_decay: float = 0.1, ns_steps: int = 5, betas: tuple[float, float] = (0.9, 0.95),
+                 eps: float = 1e-8, orthogonalize=newton_schulz):
+        if lr <= 0 or not 0 <= momentum < 1 or weight_decay < 0 or ns_steps < 1:
+            raise ValueError(f"need lr > 0, 0 <= momentum < 1, weight_decay >= 0, ns_steps >= 1; "
+                             f"got {lr}, {momentum}, {weight_decay}, {ns_steps}")
+        super().__init__(params, dict(lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
+                                      ns_steps=ns_steps, betas=betas, eps=eps, use_muon=True))
+        self.orthogonalize = orthogonalize
+        for group in self.param_groups:
+            if group["use_muon"] and any(p.dim() != 2 for p in group["params"]):
+                raise ValueError("Muon steps matrices only: put biases, norms and any other parameter that is not "
+                                 "2-D in a group with use_muon=False")
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if not group["use_muon"]:
+                    adam_update(p, self.state[p], group, decoupled=True)
+                    continue
+                lr, mu, wd = group["lr"], group["momentum"], group["weight_decay"]
+                state = self.state[p]
+                if not state:
+                    state["momentum_buffer"] = torch.zeros_like(p)
+                B = state["momentum_buffer"]
+                B.lerp_(p.grad, 1 - mu)
+                U = p.grad.lerp(B, mu) if group["nesterov"] else B
+                O = self.orthogonalize(U, group["ns_steps"])
+                p.mul_(1 - lr * wd)
+                p.add_(O, alpha=-lr * math.sqrt(max(1.0, p.size(0) / p.size(1))))
+
+
+def muon_groups(model: nn.Module, lr: float, adam_lr: float, weight_decay: float = 0.0) -> list[dict]:
+    """Muon for the matrices inside the transformer's blocks; AdamW for the embeddings and the head (a lookup and
+    a readout, not maps between hidden vectors), and for biases and norms (not matrices). Decay as param_groups."""
+    muon, adam_decay, adam_rest = [], [], []
+    seen = set()
+    for name, p in model.named_parameters():
+        if not p.requires_grad or id(p) in seen:
+            continue
+        seen.add(id(p))
+        if p.dim() == 2 and ".h." in f".{name}":
+            muon.append(p)
+        else:
+            (adam_decay if p.dim() >= 2 else adam_rest).append(p)
+    return [dict(params=muon, lr=lr, weight_decay=weight_decay, use_muon=True),
+            dict(params=adam_decay, lr=adam_lr, weight_decay=weight_decay, use_muon=False),
+            dict(params=adam_rest, lr=adam_lr, weight_decay=0.0, use_muon=False)]
+
+
 def max_divergence(make_a, make_b, shapes=((7,), (5, 3), (4, 6, 2)), steps: int = 25, seed: int = 0) -> float:
     """Largest |θ_a − θ_b| over `steps` steps of two optimizers fed identical parameters and random
     gradients (magnitudes spread over 1e-3..10). make_a/make_b: params -> optimizer."""
@@ -258,3 +358,17 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
+
+
+def mup_groups(model: nn.Module, lr: float, weight_decay: float) -> list[dict]:
+    """AdamW's groups under µP: the matrices inside the blocks step at lr / width_mult (an Adam step moves every
+    entry by about lr, and a hidden vector sums fan_in of them); the embeddings, the head (whose logits the model
+    divides by width_mult), biases and norms at lr. Decay as param_groups. Standard models get param_groups at lr."""
+    mult = model.config.width_mult
+    hidden = {id(p) for name, p in model.named_parameters() if p.dim() == 2 and ".h." in f".{name}"}
+    groups = []
+    for group in param_groups(model, weight_decay):
+        inner = [p for p in group["params"] if id(p) in hidden]
+        outer = [p for p in group["params"] if id(p) not in hidden]
+        groups += [dict(group, params=inner, lr=lr / mult), dict(group, params=outer, lr=lr)]
+    return [g for g in groups if g["params"]]

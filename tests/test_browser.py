@@ -68,7 +68,8 @@ EXERCISES = {"00_training_loop": "lessons.training_loop.adamw_exercise",
              "16_plan_a_run": "lessons.plan_a_run.memory_exercise",
              "07_data_parallel": "lessons.data_parallel.ring_exercise",
              "17_tokens_and_data": "lessons.tokens.bpe_exercise",
-             "18_evidence": "lessons.evidence.interval_exercise"}
+             "18_evidence": "lessons.evidence.interval_exercise",
+             "19_muon_and_mup": "lessons.muon_mup.ns_exercise"}
 
 
 # The lessons whose training or launching panel is stopped mid-run, once with Cancel and once with Interrupt.

@@ -19,8 +19,9 @@ from labtools.layout import layouts
 from labtools.parallel.context import SeqLayout, positions
 from labtools.shapes import MODELS, ModelShape
 from lessons import (activation_checkpointing, adamw_vs_adam_l2, compute_budget, context_parallel, data_parallel,
-                     fault_tolerance, fsdp_zero, lr_schedules, memory_budget, mixed_precision, mixture_of_experts,
-                     pipeline_parallel, plan_a_run, profiling, stability, tensor_parallel, training_loop)
+                     evidence, fault_tolerance, fsdp_zero, lr_schedules, memory_budget, mixed_precision,
+                     mixture_of_experts, muon_mup, pipeline_parallel, plan_a_run, profiling, stability,
+                     tensor_parallel, tokens, training_loop)
 from lessons.activation_checkpointing import playground as checkpointing_playground
 from lessons.adamw_vs_adam_l2 import landscape
 from lessons.data_parallel import playground as ddp_playground
@@ -31,7 +32,10 @@ from lessons.training_loop import playground as size_playground
 
 LESSONS = (training_loop, adamw_vs_adam_l2, lr_schedules, stability, mixed_precision, activation_checkpointing,
            memory_budget, data_parallel, fsdp_zero, pipeline_parallel, tensor_parallel, fault_tolerance, compute_budget,
-           profiling, context_parallel, mixture_of_experts, plan_a_run)
+           profiling, context_parallel, mixture_of_experts, plan_a_run, tokens, evidence, muon_mup)
+
+
+OPEN = "open:"  # an expression so marked is a bound the range excludes (check_range's open_lo / open_hi)
 
 
 def _checks(source: str, cls: str) -> list[tuple[str, str, str, str]]:
@@ -49,7 +53,9 @@ def _checks(source: str, cls: str) -> list[tuple[str, str, str, str]]:
         if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "check_range" and call.args[1:2] \
                 and isinstance(call.args[1], ast.Attribute):
             name, field, lo, hi = call.args[:4]
-            out.append((name.value, field.attr, ast.unparse(lo), ast.unparse(hi)))
+            opened = {k.arg for k in call.keywords if isinstance(k.value, ast.Constant) and k.value.value is True}
+            out.append((name.value, field.attr, OPEN * ("open_lo" in opened) + ast.unparse(lo),
+                        OPEN * ("open_hi" in opened) + ast.unparse(hi)))
     return out
 
 
@@ -96,10 +102,23 @@ def panels(module, S) -> list[tuple[object, dict[str, object]]]:
     return []
 
 
+def edge(module, name: str, expr: str, base) -> tuple[object, object]:
+    """(the edge value the range accepts, the nearest value it refuses): an open bound is refused itself, and a
+    value a millionth inside it is accepted."""
+    lo_side = any(expr == lo for n, f, lo, hi in ranges(module) if n == name)
+    bound = eval(expr.removeprefix(OPEN), {**vars(module), "self": base})  # noqa: S307 - the lesson's own range
+    if expr.startswith(OPEN):
+        return bound + (1 if lo_side else -1) * 1e-6 * max(1.0, abs(bound)), bound
+    outside = bound - (1 if lo_side else -1) if isinstance(bound, int) else bound * (0.5 if lo_side else 2)
+    if lo_side and outside == bound:  # a float low edge of 0
+        outside = -1.0
+    return bound, outside
+
+
 @pytest.mark.parametrize("module, name, field, expr", EDGES)
 def test_edge_values_are_accepted_and_panels_start_there(module, name, field, expr):
     base = module.settings("smoke")
-    value = eval(expr, {"self": base})  # noqa: S307 - the lesson's own range expression
+    value, _ = edge(module, name, expr, base)
     S = module.settings("smoke", **{field: value})
     assert getattr(S, field) == value
     for panel, expected in panels(module, S):
@@ -109,12 +128,7 @@ def test_edge_values_are_accepted_and_panels_start_there(module, name, field, ex
 
 @pytest.mark.parametrize("module, name, field, expr", EDGES)
 def test_just_outside_the_range_is_a_named_error(module, name, field, expr):
-    base = module.settings("smoke")
-    value = eval(expr, {"self": base})  # noqa: S307
-    lo_side = any(expr == lo for n, f, lo, hi in ranges(module) if n == name)
-    outside = value - (1 if lo_side else -1) if isinstance(value, int) else value * (0.5 if lo_side else 2)
-    if lo_side and outside == value:  # a float low edge of 0
-        outside = -1.0
+    _, outside = edge(module, name, expr, module.settings("smoke"))
     with pytest.raises(ValueError, match=name):
         module.settings("smoke", **{field: outside})
 

@@ -630,8 +630,9 @@ def test_every_lessons_exercise_reports_an_unfilled_stub_as_not_written_and_runs
         "ring_exercise": lambda m, f: m.check(f, data_parallel.settings("smoke")),
         "bpe_exercise": lambda m, f: m.check_merges(f),
         "interval_exercise": lambda m, f: m.check_interval(f),
+        "ns_exercise": lambda m, f: m.check_newton_schulz(f),
     }
-    assert len(EXERCISES) == 19
+    assert len(EXERCISES) == 20
     for lesson, name in EXERCISES.items():
         module = importlib.import_module(name)
         out = checks[name.rsplit(".", 1)[1]](module, _stub_of(module))

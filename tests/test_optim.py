@@ -150,3 +150,59 @@ def test_adafactor_state_is_factored():
 def test_bad_hyperparameters_raise(make):
     with pytest.raises(ValueError):
         make([torch.zeros(2, requires_grad=True)])
+
+
+@pytest.mark.parametrize("shape", [(8, 8), (12, 5), (5, 12)])
+@pytest.mark.parametrize("kw", [dict(lr=0.02, weight_decay=0.1), dict(lr=0.05, momentum=0.9, nesterov=False),
+                                dict(lr=0.01, ns_steps=3)])
+def test_muon_matches_torch_to_the_bit(shape, kw):
+    """Muon's groups step exactly as torch.optim.Muon (the same bf16 products in the same order), tall and wide."""
+    worst = O.max_divergence(lambda p: O.Muon(p, **kw), lambda p: torch.optim.Muon(p, **kw), shapes=(shape,))
+    assert worst == 0.0
+
+
+def test_muon_steps_its_other_groups_as_torch_adamw_and_refuses_vectors_in_a_muon_group():
+    kw = dict(lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    worst = O.max_divergence(lambda p: O.Muon([dict(params=p, use_muon=False, **kw)]),
+                             lambda p: torch.optim.AdamW(p, **kw, foreach=False), SHAPES)
+    assert worst <= 1e-6
+    with pytest.raises(ValueError, match="matrices only"):
+        O.Muon([torch.zeros(3, requires_grad=True)])
+
+
+def test_newton_schulz_is_torchs_and_lifts_every_singular_value_towards_one():
+    from lessons.muon_mup.ns_exercise import torch_orthogonalized
+    g = torch.Generator().manual_seed(0)
+    for shape in ((32, 32), (64, 16), (16, 64)):
+        G = torch.randn(shape, generator=g) * 1e-3
+        X = O.newton_schulz(G)
+        assert X.dtype == torch.bfloat16 and X.shape == G.shape
+        assert torch.equal(X.float(), torch_orthogonalized(G))
+        s = torch.linalg.svdvals(X.float())
+        assert s.min() > 0.5 and s.max() < 1.3, s  # the exact polar factor would give all 1; Muon's lands near
+    assert O.newton_schulz_flops(64, 16) == O.newton_schulz_flops(16, 64) == 5 * (4 * 16 * 16 * 64 + 2 * 16 ** 3)
+
+
+def test_muon_groups_put_only_the_blocks_matrices_on_muon():
+    from labtools.model import GPT, GPTConfig
+    m = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16))
+    muon, decay, rest = O.muon_groups(m, 0.02, 3e-3, 0.1)
+    names = {id(p): n for n, p in m.named_parameters()}
+    assert {names[id(p)].split(".")[-2] for p in muon["params"]} == {"c_attn", "c_proj", "c_fc"}
+    assert all(names[id(p)].startswith("transformer.h.") and p.dim() == 2 for p in muon["params"])
+    assert {names[id(p)] for p in decay["params"]} == {"transformer.wte.weight", "transformer.wpe.weight"}
+    assert all(p.dim() == 1 for p in rest["params"]) and rest["weight_decay"] == 0.0
+    assert sum(p.numel() for g in (muon, decay, rest) for p in g["params"]) == m.num_params()
+
+
+def test_mup_groups_divide_only_the_hidden_matrices_learning_rate_by_the_width_multiplier():
+    from labtools.model import GPT, GPTConfig
+    m = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=4, n_embd=64, tie_embeddings=False,
+                      mup_base_width=16))
+    groups = O.mup_groups(m, 0.01, 0.1)
+    names = {id(p): n for n, p in m.named_parameters()}
+    for g in groups:
+        hidden = {names[id(p)].startswith("transformer.h.") and p.dim() == 2 for p in g["params"]}
+        assert len(hidden) == 1
+        assert g["lr"] == (0.01 / 4 if hidden.pop() else 0.01)
+    assert sum(p.numel() for g in groups for p in g["params"]) == m.num_params()

@@ -33,7 +33,7 @@ class Settings(LabConfig):
     loader_tokens: int    # tokens each loader of section 5 delivers while it is timed
     seeds: int = 1        # seeds section 3's two models are compared over (1: this run only)
 
-    RANGES = {"VOCAB_SIZE": (BYTES + 1, 8192), "ROW_LEN": (2, 4096), "TRAIN_CHARS": (2_000, 1_000_000),
+    RANGES = {"VOCAB_SIZE": (BYTES + 1, 8192), "TRAIN_CHARS": (2_000, 1_000_000),
               "TEXT_CHARS": (20_000, 1_000_000), "PACK_STEPS": (1, 100_000), "SEEDS": (1, 100)}
 
     def __post_init__(self):
