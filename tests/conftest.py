@@ -47,18 +47,3 @@ def ranks_only_where_marked(request, monkeypatch):
     if refused:  # even where the test caught the error: it did not test what it says
         pytest.fail(f"{request.node.nodeid} starts ranks: mark it @pytest.mark.ranks, so that make test runs it "
                     "before the lessons that count the loopback interface's bytes", pytrace=False)
-
-
-def pytest_collection_modifyitems(config, items):
-    """make test's two browser lanes (tests/test_browser.py, LABTOOLS_BROWSER_LANE): each keeps its own lessons."""
-    kept, dropped = [], []
-    for item in items:
-        if item.get_closest_marker("browser") and item.module.__name__ == "test_browser":
-            spec = getattr(item, "callspec", None)
-            lesson = spec.params["path"].stem if spec is not None and "path" in spec.params else None
-            (kept if item.module.in_lane(lesson) else dropped).append(item)
-        else:
-            kept.append(item)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = kept

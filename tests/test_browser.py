@@ -41,23 +41,8 @@ TIMED = ("16_plan_a_run",)
 # lanes that both train slow each other more than a training lane beside a drawing one (lesson 04's loss-scaling
 # cell took 21 s alone and 39 s beside the unit tests).
 LIGHT = ("05_activation_checkpointing", "06_memory_budget", "12_compute_budget", "13_profiling")
-# make test drives the lessons in two browsers at once (tests/suite.py), each a lane of its own: lane 2 takes lessons
-# that start no ranks and time nothing, so that the lessons that count loopback bytes or time ranks or steps (lane 1)
-# see no other launch beside them, only lane 2's page traffic and a training lane at a lower priority. Lane 2 also
-# runs this file's other tests. Without LABTOOLS_BROWSER_LANE (python -m pytest) one process runs them all.
-LANE_ENV = "LABTOOLS_BROWSER_LANE"
-LANE2 = ("00_training_loop", "01_adamw_vs_adam_l2", "02_lr_schedules", "03_stability", "18_evidence",
-         "19_muon_and_mup")
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"),
                    key=lambda p: (p.stem in QUIET, p.stem not in LIGHT, p.stem))
-
-
-def in_lane(lesson: str | None, lane: str | None = None) -> bool:
-    """Does this lane run the lesson (None: one of this file's other tests)?"""
-    lane = os.environ.get(LANE_ENV) if lane is None else lane
-    if lane not in ("1", "2"):
-        return True
-    return (lesson is None or lesson in LANE2) == (lane == "2")
 WAIT_TIMEOUT_S = 1800
 ARTIFACTS = ROOT / "build" / "browser"
 RUN_TIMEOUT_S = 300   # a smoke notebook takes about a minute; this only bounds a hang
