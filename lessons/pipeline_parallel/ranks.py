@@ -28,9 +28,13 @@ from lessons.pipeline_parallel import Settings
 # The case a widely quoted efficiency is about (p = 4, m = 16, 1F1B; section 3's claim tells 15.8% idle from 21.1%).
 # Each hop between ranks costs a few ms here, and in 1F1B's steady state the neighbours wait on each other, so that
 # latency shows up as bubble, more on a busy machine: at 20 ms a forward, one step measured 17-18% alone and 18-20%
-# beside two busy processes (CI once 18.8%); at 40 ms, 16.5% and 17-18%. So this case is padded QUOTED_PAD times
-# longer and timed QUOTED_REPEATS times, the least idle step kept.
-QUOTED_CASE, QUOTED_PAD, QUOTED_REPEATS = (Schedule.ONE_F_ONE_B, 4, 16), 2, 2
+# beside two busy processes (CI once 18.8%); at 40 ms, 16.5% and 17-18% (the less idle of two steps 17.5% once). So
+# this case is padded QUOTED_PAD times longer and timed QUOTED_REPEATS times, the least idle step kept.
+QUOTED_CASE, QUOTED_PAD, QUOTED_REPEATS = (Schedule.ONE_F_ONE_B, 4, 16), 3, 2
+# The same delays add up over a long step: beside make test's unit tests one step of GPipe at p = 4, m = 16 idled
+# 0.053 beyond the formula, and ZBV at p = 4, m = 8 measured 10.9% for its list's 5.9%. Runs of LONG_M micro-batches
+# or more, and ZBV's, are timed over LONG_REPEATS steps, the least idle kept (a late wake-up only ever adds idle time).
+LONG_M, LONG_REPEATS = 8, 2
 
 PARITY_SCHEDULES = (Schedule.WRITTEN_OUT_GPIPE, Schedule.WRITTEN_OUT_1F1B, Schedule.GPIPE, Schedule.ONE_F_ONE_B,
                     Schedule.INTERLEAVED, Schedule.ZERO_BUBBLE, Schedule.ZBV)
@@ -148,8 +152,8 @@ class TimelinesResult:
 
 
 def timelines(job: Settings) -> TimelinesResult:
-    """For each schedule and m: one step after a warm-up step (the quoted case: padded QUOTED_PAD times longer, the
-    least idle of QUOTED_REPEATS steps), every action timed; the intervals of all ranks
+    """For each schedule and m: one step after a warm-up step (the least idle of LONG_REPEATS for long runs and ZBV;
+    the quoted case padded QUOTED_PAD times longer, the least idle of QUOTED_REPEATS), every action timed; the intervals of all ranks
     gathered to rank 0 (ms from the step's first action, on the machine's monotonic clock), and for the schedules
     torch runs from a list of actions (interleaved, zero-bubble) that list ("3F0": stage, kind, micro-batch)."""
     p = world_size()
@@ -180,7 +184,8 @@ def timelines(job: Settings) -> TimelinesResult:
         step()  # warm-up, unpadded: shapes, buffers, first-call costs
         timer.pad_s = pads
         kept = None
-        for _ in range(QUOTED_REPEATS if quoted else 1):
+        repeats = QUOTED_REPEATS if quoted else LONG_REPEATS if m >= LONG_M or schedule == Schedule.ZBV else 1
+        for _ in range(repeats):
             model.zero_grad(set_to_none=True)
             dist.barrier()
             timer.reset()
