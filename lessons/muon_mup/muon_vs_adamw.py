@@ -146,9 +146,11 @@ def findings(ledger: Ledger, S: Settings, c: Comparison) -> Findings:
         [f"Yes, here: at their best learning rates Muon ended {-d.estimate:.2f} nats below AdamW"
          + (", on every seed" if all(m < a for m, a in zip(c.muon_finals, c.adamw_finals)) else "")
          + ("." if settled else ", though the interval over these seeds reaches zero: more seeds would settle it."),
-         f"It got there sooner: Muon matched AdamW's final loss after {share:.0%} of the steps, though each of its "
-         f"steps took {c.step_ratio:.1f} times as long"
-         + (": its iteration runs in bf16, which this CPU has no units for." if c.bf16_emulated else " here.")],
+         (f"It got there in fewer steps, and sooner by the clock: Muon matched AdamW's final loss after {share:.0%} "
+          f"of the steps, each {c.step_ratio:.1f} times as long." if share * c.step_ratio < 1 else
+          f"It got there in fewer steps, but not sooner by the clock here: Muon matched AdamW's final loss after "
+          f"{share:.0%} of the steps, each {c.step_ratio:.1f} times as long"
+          + (" (its iteration runs in bf16, which this CPU has no units for)." if c.bf16_emulated else "."))],
         [evidence.table([("Muon − AdamW, paired by seed", d)], label="final validation loss"),
          "| best learning rate, seed 0's sweep | |\n|---|---|\n"
          f"| AdamW | {c.adamw.best_lr:.4g} |\n| Muon, the blocks' matrices | {c.muon.best_lr:.4g} |\n"

@@ -145,12 +145,14 @@ def findings(ledger: Ledger, S: Settings, c: Coordinates, t: Transfer) -> Findin
                at_most(1), kind="measured")
     best_sp, best_mup = t.best("SP"), t.best("µP")
     ratio = S.widths[-1] // S.widths[0]
+    edge = " at least" if best_sp[-1] == 0 else ""  # the widest model's best is the smallest rate tried
+    mup_values = [max(layer) / min(layer) for layer in c.rms["µP"].values()]
     return Findings(
-        [f"Under SP, no: the best learning rate fell {2 ** t.drift('SP'):.0f}-fold as the model grew {ratio}-fold "
-         "wider. Under µP, yes: the narrowest model's best is within one grid step of every width's.",
+        [f"Under SP, no: the best learning rate fell{edge} {2 ** t.drift('SP'):.0f}-fold as the model grew "
+         f"{ratio}-fold wider. Under µP, yes: the narrowest model's best is within one grid step of every width's.",
          f"The coordinate check shows why: after a few steps at one learning rate, the last block's output was "
-         f"{c.growth('SP'):.0f} times as large in SP's widest model as in its narrowest, while µP kept every layer's "
-         "output the same size."],
+         f"{c.growth('SP'):.0f} times as large in SP's widest model as in its narrowest, while under µP every layer's "
+         f"output stayed within a factor of {max(mup_values):.1f} across the widths."],
         ["| width | " + " | ".join(str(w) for w in S.widths) + " |\n|---|" + "---|" * len(S.widths)
          + "\n| best lr, SP | " + " | ".join(lr_label(S.lrs[b]) for b in best_sp)
          + " |\n| best lr, µP | " + " | ".join(lr_label(S.lrs[b]) for b in best_mup)

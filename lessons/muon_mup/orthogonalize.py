@@ -96,11 +96,10 @@ def findings(ledger: Ledger, S: Settings, o: Orthogonalized) -> Findings:
          "(computed)."],
         [f"| | momentum | after Newton–Schulz |\n|---|---|---|\n"
          f"| largest ÷ smallest singular value | {spread(o.before):.0f} | {spread(o.after):.2f} |\n"
-         f"| smallest, largest (÷ the momentum's largest) | {min(o.before):.4f}, 1 | {min(o.after):.2f}, "
-         f"{max(o.after):.2f} |\n"
-         f"| share between 0.5 and 1.5 | {near_one(o.before):.0%} | {near_one(o.after):.0%} |",
-         f"Newton–Schulz FLOPs per Muon step {o.ns_flops:,}, training step {o.step_flops:,.0f} (counted from the "
-         f"shapes, {S.batch_size * S.block_size} tokens a step); the same bits as PyTorch's Muon: "
+         f"| smallest and largest singular value | | {min(o.after):.2f}, {max(o.after):.2f} |\n"
+         f"| share of them between 0.5 and 1.5 | | {near_one(o.after):.0%} |",
+         f"Newton–Schulz: {o.ns_flops:.2g} FLOPs a Muon step; a training step: {o.step_flops:.2g} (counted from the "
+         f"shapes, {S.batch_size * S.block_size} tokens a step). The same bits as PyTorch's Muon: "
          f"{'yes' if o.same_as_torch == 0 else 'no'}."])
 
 
