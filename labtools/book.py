@@ -57,7 +57,9 @@ def render(lesson: str, out: Path, profile: str) -> Path:
     executed = out / f"{lesson}.ipynb"
     with _environ(LABTOOLS_STATIC="1", PLOTLY_RENDERER="plotly_mimetype+notebook"):  # the kernel inherits them
         pm.execute_notebook(str(src), str(executed), parameters={"PROFILE": profile}, cwd=str(NOTEBOOKS),
-                            kernel_name="python3", progress_bar=False)
+                            kernel_name="python3", progress_bar=False,
+                            # papermill fails a cell whose last output arrives over 4 s after it ends (a busy host)
+                            iopub_timeout=120)
     body, _ = HTMLExporter(mathjax_url=MATHJAX_URL).from_filename(str(executed))
     page = out / f"{lesson}.html"
     page.write_text(body)

@@ -41,7 +41,7 @@ def test_committed_notebook_is_clean(path):
 
 def execute(path: Path, out: Path, **parameters) -> dict:
     pm.execute_notebook(str(path), str(out), parameters=parameters, cwd=str(path.parent), kernel_name="python3",
-                        progress_bar=False, log_output=False)
+                        progress_bar=False, log_output=False, iopub_timeout=120)  # 4 s fails on a busy host
     return json.loads(out.read_text())
 
 
