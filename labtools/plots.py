@@ -173,6 +173,20 @@ def bars(categories: Sequence[str], values: Mapping[str, Sequence[float]], *, ti
     return fig
 
 
+def shares(named: Mapping[str, "Interval"], *, title: str, yaxis: str, height: int = 360) -> go.Figure:
+    """One bar per share (exact answers, in %), each with its interval (labtools.evidence.share)."""
+    fig = go.Figure()
+    for i, (name, s) in enumerate(named.items()):
+        fig.add_trace(go.Bar(x=[name], y=[100 * s.estimate], marker_color=color(i), showlegend=False,
+                             error_y=dict(type="data", symmetric=False, array=[100 * (s.high - s.estimate)],
+                                          arrayminus=[100 * (s.estimate - s.low)]),
+                             texttemplate=f"{100 * s.estimate:.0f}%", textposition="inside",
+                             hovertemplate=f"{name}: {100 * s.estimate:.1f}% [{100 * s.low:.1f}, "
+                                           f"{100 * s.high:.1f}]<extra></extra>"))
+    fig.update_yaxes(range=[0, 100])
+    return style(fig, title, "", yaxis, height=height)
+
+
 def table(header: Sequence[str], rows: Sequence[Sequence], *, title: str = "", row_height: int = 28) -> go.Figure:
     """A plotly table (used where a small table reads better than a chart); raise row_height for wrapped cells."""
     cols = list(zip(*rows)) if rows else [[] for _ in header]

@@ -69,7 +69,8 @@ EXERCISES = {"00_training_loop": "lessons.training_loop.adamw_exercise",
              "07_data_parallel": "lessons.data_parallel.ring_exercise",
              "17_tokens_and_data": "lessons.tokens.bpe_exercise",
              "18_evidence": "lessons.evidence.interval_exercise",
-             "19_muon_and_mup": "lessons.muon_mup.ns_exercise"}
+             "19_muon_and_mup": "lessons.muon_mup.ns_exercise",
+             "20_sft_and_dpo": ("lessons.finetune.sft_exercise", "lessons.finetune.dpo_exercise")}
 
 
 # The lessons whose training or launching panel is stopped mid-run, once with Cancel and once with Interrupt.
@@ -89,8 +90,10 @@ def photograph(page, out: Path) -> None:
     panel.screenshot(path=str(out))
 
 
-def solution(lesson: str) -> str:
-    return importlib.import_module(EXERCISES[lesson]).solution_source()
+def solutions(lesson: str) -> list[str]:
+    """The solution of each exercise of the lesson, in the order its cells come."""
+    modules = EXERCISES[lesson]
+    return [importlib.import_module(m).solution_source() for m in ((modules,) if isinstance(modules, str) else modules)]
 
 pytestmark = [pytest.mark.notebook, pytest.mark.browser]
 
@@ -153,7 +156,7 @@ def drive(server: JupyterLab, page, name: str, screenshot: bool = True) -> dict:
                                                          FORMULA_TIMEOUT_S, step=-1, which=i))
         stage("panels")
         if seen["lesson"] in EXERCISES:
-            seen["exercise"] = fill_exercise(page, solution(seen["lesson"]), EXERCISE_TIMEOUT_S)
+            seen["exercise"] = [fill_exercise(page, text, EXERCISE_TIMEOUT_S) for text in solutions(seen["lesson"])]
             stage("exercise")
         if os.environ.get(SCREENSHOT_ENV) and seen["lesson"] == SCREENSHOT_LESSON:
             photograph(page, Path(os.environ[SCREENSHOT_ENV]))
@@ -244,8 +247,8 @@ def test_lesson_runs_in_jupyterlab_and_its_panels_respond(path, lab, record_prop
         assert not read_problems(seen["saved"]), f"{lesson}: what a learner reads: {read_problems(seen['saved'])}"
 
     if lesson in EXERCISES:
-        assert "✓" in seen["exercise"], f"{lesson}: the exercise, filled in with its solution, printed " \
-                                        f"{seen['exercise']!r}"
+        for printed in seen["exercise"]:
+            assert "✓" in printed, f"{lesson}: an exercise, filled in with its solution, printed {printed!r}"
     for stop in seen["started"]:  # the other controls of a panel that trains: wired, and stopped cleanly
         assert stop["redrawn"] or (stop["started"] and stop["cancelled"] and stop["control_back"]
                                    and stop["figure_same"] and not stop["left"]), f"{lesson}: {stop}"
