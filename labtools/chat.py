@@ -22,10 +22,12 @@ written atomically and read with torch.load(weights_only=True).
 import hashlib
 import json
 import os
+import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from labtools.model import GPT, GPTConfig
 from labtools.progress import progress
@@ -79,6 +81,20 @@ class Template:
         if mask:
             Y[:, :len(self.prompt(problems[0])) - 1] = IGNORE
         return X, Y
+
+
+def no_carry(p: Problem) -> str:
+    """The answer with every carry dropped: each digit the sum of its column, mod 10 ("17+25" -> "032"): a wrong
+    answer a careless demonstrator writes."""
+    a, b = p.prompt[:-1].split("+")
+    return "0" + "".join(str((int(x) + int(y)) % 10) for x, y in zip(a, b))
+
+
+def noisy_answers(problems: list[Problem], share: float, seed: int = 9) -> list[str]:
+    """Each problem's answer, or (with probability `share`, drawn by seed) its answer without carries."""
+    check_range("share", share, 0.0, 1.0)
+    rng = random.Random(seed)
+    return [no_carry(p) if rng.random() < share else p.answer for p in problems]
 
 
 IGNORE = -100  # a target no loss counts (labtools.packing's, cross_entropy's ignore_index)
@@ -167,11 +183,44 @@ class Samples:
         return ~(self.tokens == self.end_id).any(dim=1)
 
 
+class KVCache:
+    """Each block's keys and values of the positions seen so far: a new position's attention then reads them instead
+    of recomputing every earlier position (written here for the lab's GPT: lesson 21 measures what it saves)."""
+
+    def __init__(self, model: GPT):
+        self.model = model
+        self.kv: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * model.config.n_layer
+        self.length = 0
+
+    def step(self, idx: torch.Tensor) -> torch.Tensor:
+        """The logits (B, V) after the new tokens idx (B, T): the whole prompt first, then one token at a time."""
+        m, (B, T) = self.model, idx.shape
+        if self.length + T > m.config.block_size:
+            raise ValueError(f"sequence length {self.length + T} exceeds block_size {m.config.block_size}")
+        pos = torch.arange(self.length, self.length + T, device=idx.device)
+        x = m.transformer.wte(idx) + m.transformer.wpe(pos)
+        for i, block in enumerate(m.transformer.h):
+            a = block.attn
+            qkv = a.c_attn(block.ln_1(x))
+            q, k, v = qkv.view(B, T, -1, 3, a.head_size).permute(3, 0, 2, 1, 4).unbind(0)  # each (B, nh, T, hs)
+            if self.kv[i] is not None:
+                k, v = torch.cat([self.kv[i][0], k], dim=2), torch.cat([self.kv[i][1], v], dim=2)
+            self.kv[i] = (k, v)
+            # the prompt attends causally within itself; a new token attends every position before it, and itself
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=self.length == 0 and T > 1)
+            x = x + a.c_proj(y.transpose(1, 2).reshape(B, T, -1))
+            x = x + block.mlp(block.ln_2(x))
+        self.length += T
+        logits = m.lm_head(m.transformer.ln_f(x[:, -1]))
+        return logits / m.config.width_mult if m.config.mup_base_width is not None else logits
+
+
 @torch.no_grad()
 def sample(model: GPT, prompts: list[str], max_new: int, temperature: float = 1.0,
-           generator: torch.Generator | None = None, end: str = "■") -> Samples:
+           generator: torch.Generator | None = None, end: str = "■", cache: bool = True) -> Samples:
     """max_new characters after each prompt (prompts of one length): greedy at temperature 0, else drawn from the
-    softmax at that temperature. Runs the whole sequence again for each new character (lesson 21 measures a cache)."""
+    softmax at that temperature. cache: keep each block's keys and values (KVCache) instead of running the whole
+    sequence again for each new character; the same answers either way."""
     check_range("temperature", temperature, 0.0, 100.0)
     check_range("max_new", max_new, 1, 10_000, int)
     if len({len(p) for p in prompts}) != 1:
@@ -181,8 +230,13 @@ def sample(model: GPT, prompts: list[str], max_new: int, temperature: float = 1.
     device = next(model.parameters()).device
     x = torch.tensor([encode(p) for p in prompts], device=device)
     start = x.size(1)
+    # a cache holds at most block_size positions; longer runs slide a window over the sequence instead
+    kv = KVCache(model) if cache and start + max_new - 1 <= model.config.block_size else None
     for _ in range(max_new):
-        logits = model(x[:, -model.config.block_size:])[0][:, -1].float()
+        if kv is not None:
+            logits = kv.step(x if kv.length == 0 else x[:, -1:]).float()
+        else:
+            logits = model(x[:, -model.config.block_size:])[0][:, -1].float()
         if temperature == 0:
             nxt = logits.argmax(-1, keepdim=True)
         else:

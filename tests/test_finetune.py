@@ -60,6 +60,24 @@ def test_sampling_stops_each_answer_at_its_end_tag_and_flags_truncation(base_mod
         chat.sample(base_model, ["07+45="], 2, temperature=-1.0)
 
 
+def test_the_kv_cache_gives_the_models_own_logits_and_the_same_samples(base_model):
+    """The cache computes the last position's logits from stored keys and values: the full forward's, to rounding;
+    sampled with the same generator, the same answers."""
+    x = torch.tensor([chat.encode("07+45=052"), chat.encode("99+99=198")])
+    kv = chat.KVCache(base_model)
+    with torch.no_grad():
+        steps = [kv.step(x[:, :6])] + [kv.step(x[:, t:t + 1]) for t in range(6, 9)]
+        full = base_model(x)[0]
+    for i, logits in enumerate(steps):
+        assert torch.allclose(logits, full[:, 5 + i], atol=1e-5), i
+    prompts = [p.prompt for p in Addition(2).problems()[:64]]
+    a = chat.sample(base_model, prompts, 4, 1.0, torch.Generator().manual_seed(1), end="\n", cache=True)
+    b = chat.sample(base_model, prompts, 4, 1.0, torch.Generator().manual_seed(1), end="\n", cache=False)
+    assert a.text == b.text
+    with pytest.raises(ValueError, match="block_size"):
+        chat.KVCache(base_model).step(torch.zeros(1, base_model.config.block_size + 1, dtype=torch.long))
+
+
 def test_the_sft_loss_is_pytorchs_cross_entropy_with_ignore_index():
     logits, targets = sft_exercise._ragged(5)
     expected = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-100)

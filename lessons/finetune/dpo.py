@@ -6,7 +6,6 @@ yours: the lesson's DPO run again, your loss in it."""
 
 import copy
 import dataclasses
-import random
 import statistics
 import time
 from dataclasses import dataclass
@@ -20,27 +19,13 @@ from labtools.evidence import Interval
 from labtools.exercises import Outcome, YourRun, losses_history, run_yours
 from labtools.posttrain import DPORun, Pair, dpo, dpo_loss, preference_pairs, sampled_kl
 from labtools.progress import progress
-from labtools.tasks import Graded, Problem
+from labtools.tasks import Graded
 from labtools.widgets import Panel
 from lessons.finetune import TEMPLATE, Settings, problems
 from lessons.finetune.sft import Tuned, tune
 
 SMOOTH = 10     # steps a margin or log-probability is averaged over before it is read
 KL_BOUND = 2.0  # nats per answer: DPO's reference term keeps the policy near the model it started from
-NOISE_SEED = 9  # which demonstrations lose their carries
-
-
-def no_carry(p: Problem) -> str:
-    """The answer with every carry dropped: each digit the sum of its column, mod 10 ("17+25" -> "032")."""
-    a, b = p.prompt[:-1].split("+")
-    return "0" + "".join(str((int(x) + int(y)) % 10) for x, y in zip(a, b))
-
-
-def noisy_answers(S: Settings, demos: list[Problem]) -> list[str]:
-    rng = random.Random(NOISE_SEED)
-    return [no_carry(p) if rng.random() < S.noise else p.answer for p in demos]
-
-
 @dataclass(frozen=True)
 class ByBeta:
     beta: float
@@ -71,7 +56,7 @@ class Preferences:
 
 def run(S: Settings, base: chat.GPT, clean: Tuned) -> Preferences:
     pre = problems(S)
-    wrong = noisy_answers(S, pre.demos)
+    wrong = chat.noisy_answers(pre.demos, S.noise)
     noisy = tune(S, base, pre.demos, answers=wrong, desc="fine-tuning on noisy demonstrations")
     pairs = preference_pairs(noisy.model, TEMPLATE, pre.pool, answers=S.answers, seed=S.seed)
     runs = {beta: dpo_at(S, noisy, pairs, beta) for beta in progress(S.betas, desc="DPO, by β_DPO")}
@@ -108,7 +93,7 @@ def figure(p: Preferences, beta: float | None = None) -> go.Figure:
                                           arrayminus=[100 * (s.estimate - s.low)]),
                              texttemplate=f"{100 * s.estimate:.0f}%", textposition="inside"), row=1, col=1)
     steps = list(range(1, len(b.run.margin) + 1))
-    fig.add_trace(go.Scatter(x=steps, y=b.run.margin, mode="lines", name="β<sub>DPO</sub> × reward margin",
+    fig.add_trace(go.Scatter(x=steps, y=b.run.margin, mode="lines", name="implicit reward margin",
                              line=dict(color=plots.color(2))), row=1, col=2)
     fig.add_trace(go.Scatter(x=steps, y=b.run.chosen_change, mode="lines",
                              name="log π(chosen) − log π_ref(chosen)", line=dict(color=plots.color(3))), row=1, col=2)
@@ -132,15 +117,19 @@ def findings(ledger: Ledger, S: Settings, p: Preferences) -> Findings:
                below(-0.1), kind="measured")
     ledger.add("dpo_improves", f"DPO at β_DPO = {b.beta:g} on the model's own right and wrong answers raises exact "
                "match over the noisy fine-tune (difference, paired by problem)", p.gain, above(0.05), kind="measured")
-    ledger.add("margin_rises", "the implicit reward margin rises from zero (β_DPO × margin, mean of the last steps)",
+    ledger.add("margin_rises", "the implicit reward margin rises from zero (mean of the last steps)",
                b.late(b.run.margin), at_least(0.5), kind="measured", detail=True)
     ledger.add("chosen_likelier", f"at β_DPO = {b.beta:g} the right answers themselves become more likely than under "
                "the reference (log-probability change, nats)", b.late(b.run.chosen_change), at_least(0.01),
                kind="measured")
     ledger.add("kl_bounded", f"the policy stays near its reference: KL per sampled answer at most {KL_BOUND} nats",
                b.kl, at_most(KL_BOUND), kind="measured")
-    said = [f"Yes: DPO lifted exact answers from {p.noisy.graded.score.estimate:.0%} to {b.graded.score.estimate:.0%},"
-            " with no new demonstration, only the verifier's verdicts on the model's own answers."]
+    won = p.gain.estimate / -p.noise_cost.estimate if p.noise_cost.estimate < 0 else 1.0
+    said = [("Yes" if won >= 0.9 else "Mostly" if won >= 0.5 else "Partly")
+            + f": DPO took exact answers from {p.noisy.graded.score.estimate:.0%} to {b.graded.score.estimate:.0%} "
+            "with no new demonstration, only the verifier's verdicts on the model's own answers"
+            + (", most of the way back to the clean fine-tune." if 0.5 <= won < 0.9 else
+               ", part of the way back to the clean fine-tune." if won < 0.5 else ".")]
     small = min(p.runs)
     if small < b.beta:
         s = p.runs[small]
@@ -148,18 +137,22 @@ def findings(ledger: Ledger, S: Settings, p: Preferences) -> Findings:
                    "less likely (log-probability change, nats)", s.late(s.run.chosen_change), at_most(0.0),
                    kind="measured")
         said.append(f"A rising margin is not enough: at $\\beta_{{\\text{{DPO}}}}$ = {small:g} the margin rose too, "
-                    "but by pushing the wrong answers down faster than the right ones, and exact match went to "
-                    f"{s.graded.score.estimate:.0%}.")
+                    "but by pushing the wrong answers down faster than the right ones, and exact match "
+                    + (f"fell to {s.graded.score.estimate:.0%}, below where it started."
+                       if s.graded.score.estimate < p.noisy.graded.score.estimate else
+                       f"rose only to {s.graded.score.estimate:.0%}."))
     rows = "\n".join(f"| {r.beta:g} | {r.graded.score.estimate:.1%} | {r.late(r.run.margin):.2f} | "
                      f"{r.late(r.run.chosen_change):+.2f} | {r.kl:.2f} |" for r in sorted(p.runs.values(),
                                                                                      key=lambda r: r.beta))
     return Findings(said, [
         "| the data | |\n|---|---|\n"
-        f"| demonstrations that lost their carries | {p.wrong_demos} of {S.demos} |\n"
+        f"| demonstrations that lost their carries (drawn with chance {S.noise:g}; a sum with no carry keeps its "
+        f"answer) | {p.wrong_demos} of {S.demos} |\n"
         f"| problems sampled for pairs ({S.answers} answers each, temperature 1) | {p.pool} |\n"
         f"| of them with a right and a wrong answer: pairs | {len(p.pairs)} |\n"
         f"| DPO: steps × pairs per step | {S.dpo_steps} × {S.batch_size} |\n| DPO's learning rate | {S.dpo_lr:g} |",
-        "| β_DPO | exact | β_DPO × margin | log π − log π_ref, chosen | KL per answer, nats |\n|---|---|---|---|---|\n"
+        "| β_DPO | exact | reward margin | log π − log π_ref, chosen | KL(π ‖ π_ref) per answer, nats |\n"
+        "|---|---|---|---|---|\n"
         + rows,
         evidence.table([("noisy fine-tune − clean fine-tune", p.noise_cost),
                         (f"after DPO − noisy fine-tune, β_DPO = {b.beta:g}", p.gain)], label="exact-match share")])

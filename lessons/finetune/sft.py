@@ -83,9 +83,11 @@ def findings(ledger: Ledger, S: Settings, base_share: Interval, tuned: Tuned) ->
     return Findings(
         [f"Yes, and quickly: a few hundred demonstrations took exact answers from {base_share.estimate:.0%} to "
          f"{s.estimate:.0%} of held-out sums.",
-         "The model learned no new arithmetic here: it learned where an answer starts and where it ends."],
+         "What changed is the format: where an answer starts, and where it stops."],
         ["| fine-tuning | |\n|---|---|\n"
-         f"| steps × demonstrations per step | {S.steps} × {S.batch_size} |\n| learning rate | {S.lr:g} |\n"
+         f"| steps × demonstrations per step | {S.steps} × {S.batch_size} |\n"
+         f"| times each demonstration was seen, on average | {S.steps * S.batch_size / S.demos:.0f} |\n"
+         f"| learning rate | {S.lr:g} |\n"
          f"| time | {tuned.seconds:.1f} s |\n"
          f"| final loss, nats per answer character (mean of the last {SMOOTH} steps) | {tuned.final_loss:.3f} |",
          evidence.table([("exact, fine-tuned", s)], label="held-out sums")])
@@ -161,27 +163,30 @@ def ablation_figure(a: Ablation) -> go.Figure:
                              texttemplate=f"{100 * values[0]:.0f}%", textposition="inside"))
     fig.update_yaxes(title_text="% of held-out sums exact" + (", one point per seed" if a.over_seeds else ""),
                      range=[0, 100])
-    return plots.style(fig, "The base's skill is what fine-tuning draws on; the mask changes little here", height=380)
+    return plots.style(fig, "Fine-tuning draws on the base's skill: from random weights it teaches almost nothing",
+                       height=380)
 
 
 def ablation_findings(ledger: Ledger, S: Settings, a: Ablation) -> Findings:
     ledger.add("base_needed", "the same fine-tuning from random weights answers far fewer sums than from the base "
                "(from the base − from scratch, share exact, paired by problem)", a.needs_base, above(0.5),
                kind="measured")
-    ledger.add("unmasked_loss_floor", "without the mask the loss also counts the question's digits, and stays near "
-               "their entropy (final loss ÷ the entropy floor)", a.unmasked_loss / a.entropy_floor, at_least(0.9),
-               kind="measured")
+    ledger.add("unmasked_loss_floor", "without the mask the loss also counts the question's random digits, and stays "
+               "near what they alone cost (final loss ÷ their entropy per counted character)",
+               a.unmasked_loss / a.entropy_floor, at_least(0.9), kind="measured")
     e = a.mask_effect
     one = a.masked[0] - a.unmasked[0]
     if e is None:
-        mask = (f"One seed cannot say whether the mask helps: here it changed exact answers by {one:+.1%}, but a "
+        mask = (f"One seed cannot say whether the mask helps: here it changed exact answers by {100 * one:+.1f} "
+                "points, but a "
                 "comparison of recipes needs several seeds (lesson 18). Set `SEEDS`, or run the `cpu` profile.")
     else:
         ledger.note("mask_effect", dataclasses.asdict(e))
-        mask = (f"The mask helped: {e.estimate:+.1%} exact over {e.n} seeds, an interval clear of zero." if e.low > 0
-                else f"The mask hurt: {e.estimate:+.1%} exact over {e.n} seeds, an interval clear of zero."
-                if e.high < 0 else f"The mask made no difference these {e.n} seeds can settle ({e.estimate:+.1%} "
-                "exact, an interval that spans zero). What it changes for sure is what the loss measures.")
+        pts = f"{100 * e.estimate:+.1f} points"
+        mask = (f"The mask helped: {pts} exact over {e.n} seeds, an interval clear of zero." if e.low > 0
+                else f"The mask hurt: {pts} exact over {e.n} seeds, an interval clear of zero."
+                if e.high < 0 else f"The mask made no difference these {e.n} seeds can settle ({pts} exact, an "
+                "interval that spans zero). What it changes for sure is what the loss measures.")
     return Findings(
         [f"The base matters: from random weights the same fine-tuning reached {statistics.fmean(a.scratch):.0%}, "
          f"against {a.masked[0]:.0%} from the base. Fine-tuning draws out what pre-training put in.", mask],
@@ -189,7 +194,8 @@ def ablation_findings(ledger: Ledger, S: Settings, a: Ablation) -> Findings:
          "different things.",
          "| final training loss, seed 0 | nats per character |\n|---|---|\n"
          f"| answer only | {a.masked_loss:.3f} |\n| every character | {a.unmasked_loss:.3f} |\n"
-         f"| the question's random digits alone (entropy, computed) | {a.entropy_floor:.3f} |",
+         f"| the question's random digits alone: their entropy, spread over the characters the loss counts "
+         f"(computed) | {a.entropy_floor:.3f} |",
          evidence.table([("from the base − from scratch (seed 0, paired by problem)", a.needs_base)]
                         + ([("answer only − every character (paired by seed)", e)] if e else []),
                         label="exact-match share"),
@@ -226,7 +232,7 @@ def mismatch(S: Settings, tuned: Tuned) -> Mismatch:
 
 
 def mismatch_figure(m: Mismatch) -> go.Figure:
-    return plots.shares(m.scores, title="Leave out the assistant tag and the fine-tuned model answers nothing",
+    return plots.shares(m.scores, title="Without the assistant tag the fine-tuned model scores zero",
                         yaxis="% of held-out sums exact, 95% interval")
 
 
@@ -234,14 +240,15 @@ def mismatch_findings(ledger: Ledger, m: Mismatch) -> Findings:
     names = list(ASKED)
     ledger.add("no_tag_fails", "asked without the assistant tag, the fine-tuned model answers almost no sums exactly "
                "(share)", m.scores[names[1]], below(0.05), kind="measured")
-    rows = "\n".join(f"| {name} | `{ASKED[name](m.problems[0])}` | " + " · ".join(
-        f"`{c or '(nothing)'}`" for c in m.completions[name]) + f" | {m.scores[name].estimate:.1%} |" for name in names)
+    rows = "\n".join(f"| {name} | " + " · ".join(f"`{ASKED[name](p)}` → `{c or '(nothing)'}`" for p, c in
+                                                 zip(m.problems, m.completions[name]))
+                     + f" | {m.scores[name].estimate:.1%} |" for name in names)
     other = m.scores[names[3]].estimate
     return Findings(
         [f"It fails without a word: with no assistant tag the model answered {m.scores[names[1]].estimate:.0%} of "
-         "sums, and no error said why. The loss during fine-tuning looked as good as ever.",
-         "What it learned is to answer after the tag. "
-         + (f"A tag it never saw still worked ({other:.0%}), so check the template you serve with, not only the "
-            "tag's name." if other > 0.5 else
-            f"A tag it never saw failed too ({other:.0%}): serve with the template you trained with.")],
-        ["| asked | prompt | its first three completions | exact |\n|---|---|---|---|\n" + rows])
+         "sums exactly, and nothing raised an error. Training was the same; only the prompt differed, so no loss "
+         "curve could warn you.",
+         (f"Other prompts fail less predictably: a tag it never saw still worked ({other:.0%}). You learn which "
+          "ones work only by grading with the exact template you serve." if other > 0.5 else
+          f"A tag it never saw failed too ({other:.0%}): grade with the exact template you serve.")],
+        ["| asked | the first three problems → completions | exact |\n|---|---|---|\n" + rows])
