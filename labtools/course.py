@@ -22,7 +22,7 @@ PARTS = (  # (name, lessons, colour): the README's reading order
     ("stability", range(3, 5), "#2ca02c"),
     ("memory", range(5, 7), "#9467bd"), ("parallelism", (7, 8, 9, 10, 14, 15), "#d62728"),
     ("time", range(11, 14), "#ff7f0e"), ("tuning at scale", (19,), "#bcbd22"), ("the whole run", (16,), "#444444"),
-    ("post-training", (20,), "#e377c2"),
+    ("post-training", (20, 21), "#e377c2"),
 )
 BOX_W, BOX_H, GAP_X, ROW_H, MARGIN = 250, 34, 22, 62, 20
 

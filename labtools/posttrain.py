@@ -14,6 +14,7 @@ clipped ratio of PPO (Schulman et al. 2017) and a KL penalty to the reference mo
 
 import copy
 import random
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -178,32 +179,38 @@ class GRPORun:
     kl: list[float] = field(default_factory=list)         # per-token KL to the reference, mean over answer tokens
     clipped: list[float] = field(default_factory=list)    # share of answer tokens whose ratio the clip held
     truncated: list[float] = field(default_factory=list)  # share of answers that never reached the end tag
+    sampling_s: float = 0.0  # seconds spent sampling the groups, all steps together
+    seconds: float = 0.0     # seconds of the whole run
 
 
 def grpo(policy, template: Template, problems: list[Problem], *, steps: int, prompts: int = 16, group: int = 8,
          temperature: float = 1.0, clip: float = 0.2, kl_weight: float = 0.04, lr: float = 1e-4, epochs: int = 2,
-         max_new: int | None = None, seed: int = 0, advantages_fn=group_advantages, ask: Template | None = None,
+         max_new: int | None = None, seed: int = 0, advantages_fn=group_advantages, ask=None, cache: bool = True,
          desc: str = "GRPO") -> GRPORun:
-    """Each step: `prompts` problems, `group` answers sampled to each at `temperature` (asked in `ask`, the template
-    by default), rewarded 1 if the verifier accepts them; advantages_fn(rewards (P, G)) (yours, in lesson 21); then
-    `epochs` updates of the clipped objective minus kl_weight × KL to the policy as given. Trains policy in place."""
+    """Each step: `prompts` problems, `group` answers sampled to each at `temperature` (asked as ask(problem)
+    writes them, the template's prompt by default), rewarded 1 if the verifier accepts them; advantages_fn(rewards
+    (P, G)) (yours, in lesson 21); then `epochs` updates of the clipped objective minus kl_weight × KL to the policy
+    as given. cache: sample with a KV cache. Trains policy in place."""
     check_range("group", group, 2, 1024, int)
     check_range("temperature", temperature, 0.0, 100.0, open_lo=True)
     check_range("kl_weight", kl_weight, 0.0, 100.0)
     n = len(problems[0].answer) + 1
     max_new = n if max_new is None else max_new
     check_range("max_new", max_new, 1, 64, int)
-    ask = ask or template
+    ask = ask or template.prompt
     device = next(policy.parameters()).device
     ref = copy.deepcopy(policy).eval()
     opt = torch.optim.AdamW(policy.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     g, pick = torch.Generator().manual_seed(seed), random.Random(seed)
     out = GRPORun()
+    start = time.perf_counter()
     for _ in progress(range(steps), desc=desc):
         check_cancelled()
         batch = pick.sample(problems, prompts)
-        asked = [ask.prompt(p) for p in batch for _ in range(group)]
-        s = sample(policy, asked, max_new, temperature, g, end=template.end)
+        asked = [ask(p) for p in batch for _ in range(group)]
+        t0 = time.perf_counter()
+        s = sample(policy, asked, max_new, temperature, g, end=template.end, cache=cache)
+        out.sampling_s += time.perf_counter() - t0
         r = torch.tensor(right(template, [p for p in batch for _ in range(group)], s.text), dtype=torch.float32)
         rewards = r.view(prompts, group)
         adv = advantages_fn(rewards).reshape(-1, 1).to(device)
@@ -225,4 +232,5 @@ def grpo(policy, template: Template, problems: list[Problem], *, steps: int, pro
         out.kl.append(((kl * mask).sum() / mask.sum()).item())
         out.clipped.append(((((ratio - 1).abs() > clip).float() * mask).sum() / mask.sum()).item())
         out.truncated.append(s.truncated.float().mean().item())
+    out.seconds = time.perf_counter() - start
     return out

@@ -600,8 +600,11 @@ def start_and_stop(page, lab, notebook: str, panel, which: int, step: int, how: 
     if not seen["started"]:
         return seen
     time.sleep(1.0)  # well into the run: its steps going, or its ranks starting
+    if not button.is_enabled():  # a short run already drew its figure: nothing left to stop
+        seen["redrawn"] = True
+        return seen
     if how == "Cancel":
-        button.click()
+        button.click(timeout=5_000)
     else:
         interrupt_kernel(lab, notebook)
     while time.monotonic() < deadline and not seen["cancelled"]:

@@ -70,7 +70,8 @@ EXERCISES = {"00_training_loop": "lessons.training_loop.adamw_exercise",
              "17_tokens_and_data": "lessons.tokens.bpe_exercise",
              "18_evidence": "lessons.evidence.interval_exercise",
              "19_muon_and_mup": "lessons.muon_mup.ns_exercise",
-             "20_sft_and_dpo": ("lessons.finetune.sft_exercise", "lessons.finetune.dpo_exercise")}
+             "20_sft_and_dpo": ("lessons.finetune.sft_exercise", "lessons.finetune.dpo_exercise"),
+             "21_rl_with_a_verifier": "lessons.rl_verifier.adv_exercise"}
 
 
 # The lessons whose training or launching panel is stopped mid-run, once with Cancel and once with Interrupt.

@@ -632,8 +632,9 @@ def test_every_lessons_exercise_reports_an_unfilled_stub_as_not_written_and_runs
         "interval_exercise": lambda m, f: m.check_interval(f),
         "ns_exercise": lambda m, f: m.check_newton_schulz(f),
         "sft_exercise": lambda m, f: m.check_sft_loss(f), "dpo_exercise": lambda m, f: m.check_dpo_loss(f),
+        "adv_exercise": lambda m, f: m.check_advantages(f),
     }
-    assert len(EXERCISES) == 21
+    assert len(EXERCISES) == 22
     for lesson, names in EXERCISES.items():
         for name in (names,) if isinstance(names, str) else names:
             module = importlib.import_module(name)
