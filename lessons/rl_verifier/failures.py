@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from labtools import plots
+from labtools import chat, plots
 from labtools.claims import Findings, Ledger, at_least, at_most
 from labtools.posttrain import GRPORun
-from lessons.rl_verifier import Settings
+from labtools.tasks import Graded
+from lessons.rl_verifier import TEMPLATE, Settings, problems
 from lessons.rl_verifier.grpo import Learned, smoothed, train
 from lessons.rl_verifier.start import Start
 
@@ -26,6 +27,7 @@ FIRST = 5             # steps the first reward is averaged over
 class Probe:
     name: str
     run: GRPORun
+    graded: Graded  # exact match on the held-out sums after the run
 
     @property
     def signal(self) -> float:
@@ -47,13 +49,17 @@ def probes(S: Settings, start: Start) -> list[Probe]:
              "answers cut one character short": dict(max_new=n - 1),
              "prompts without the assistant tag": dict(ask=lambda p: p.prompt[:-1]),
              f"temperature {LOW_TEMPERATURE}": dict(temperature=LOW_TEMPERATURE)}
-    return [Probe(name, train(S, start.model, S.seed, steps=S.probe_steps, desc=name, **kw)[1])
-            for name, kw in kinds.items()]
+    out, test = [], problems(S).test
+    for name, kw in kinds.items():
+        model, run = train(S, start.model, S.seed, steps=S.probe_steps, desc=name, **kw)
+        out.append(Probe(name, run, chat.grade(model, TEMPLATE, test, S.confidence)))
+    return out
 
 
 def figure(ps: list[Probe]) -> go.Figure:
     fig = plots.subplots(1, 2, ("reward, each step", "groups that mixed right and wrong answers"),
-                         title="Three runs that learn nothing, and no error says so")
+                         title="Cut short or untagged, every reward is 0 and nothing is learned; too cold, few "
+                               "groups differ")
     for i, p in enumerate(ps):
         steps = list(range(1, len(p.run.reward) + 1))
         fig.add_trace(go.Scatter(x=steps, y=smoothed(p.run.reward), mode="lines", name=p.name, legendgroup=p.name,
@@ -69,8 +75,9 @@ def figure(ps: list[Probe]) -> go.Figure:
 def guards(ledger: Ledger, L: Learned) -> None:
     """The claims on the lesson's own run that each failure would break."""
     r = L.run
-    ledger.add("signal", f"on average at least {SIGNAL_FLOOR:.0%} of the lesson's groups mixed right and wrong "
-               "answers (share): rewards that are all alike give no signal", statistics.fmean(r.signal),
+    ledger.add("signal", f"over the lesson's {len(r.signal)} steps, at least {SIGNAL_FLOOR:.0%} of its groups mixed "
+               "right and wrong answers, on average (share): rewards that are all alike give no signal",
+               statistics.fmean(r.signal),
                at_least(SIGNAL_FLOOR), kind="measured")
     ledger.add("not_truncated", f"at most {TRUNCATED_MAX:.0%} of the lesson's answers were cut off before their end "
                "tag (share)", statistics.fmean(r.truncated), at_most(TRUNCATED_MAX), kind="measured")
@@ -81,13 +88,21 @@ def guards(ledger: Ledger, L: Learned) -> None:
 
 def findings(ledger: Ledger, L: Learned, ps: list[Probe]) -> Findings:
     guards(ledger, L)
-    rows = "\n".join(f"| {p.name} | {p.first_reward:.2f} | {p.signal:.0%} | {p.truncated:.0%} |" for p in ps)
-    cut, untagged, cold = ps[1:]
+    rows = "\n".join(f"| {p.name} | {p.first_reward:.2f} | {p.signal:.0%} | {p.truncated:.0%} | "
+                     f"{p.graded.score.estimate:.1%} |" for p in ps)
+    own, cut, untagged, cold = ps
+    fewer = cold.graded.score.estimate < own.graded.score.estimate
     return Findings(
         [("Cut short or asked without the tag, every answer scored 0: every group scored alike, so every advantage "
           "was 0 and nothing moved." if cut.first_reward == untagged.first_reward == 0 else
           "Cut short or asked without the tag, almost every answer scored 0: nearly every group scored alike, and "
           "almost nothing moved."),
-         f"Too cold, most groups came out alike too: only {cold.signal:.0%} of them had anything to compare, so each "
-         "step learned from few problems. The ledger's claims on the lesson's run check all three."],
-        ["| run | reward, first steps | groups with a signal | answers cut off |\n|---|---|---|---|\n" + rows])
+         f"Too cold, most groups came out alike: only {cold.signal:.0%} had a signal. Its answers were nearly greedy, "
+         "so its reward started high" + (", yet after the same steps it answered fewer held-out sums than the "
+                                          "lesson's run." if fewer else
+                                          ", and here it learned as much as the lesson's run: a cold run is slow, "
+                                          "not always."),
+         "Three claims in the ledger below check the lesson's own run for each failure: the share of groups with a "
+         "signal, the share of answers cut off, and the first steps' reward."],
+        [f"| run ({len(own.run.reward)} steps) | reward, first {FIRST} steps | groups with a signal | answers cut off "
+         "| held-out sums exact after |\n|---|---|---|---|---|\n" + rows])

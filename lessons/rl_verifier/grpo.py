@@ -138,7 +138,7 @@ def findings(ledger: Ledger, S: Settings, L: Learned) -> Findings:
                "(time without ÷ with, median of alternating rounds)", L.cache_ratio, at_least(1.1), kind="measured")
     share = L.run.sampling_s / L.run.seconds
     said = [f"Yes: with the verifier as its only teacher, exact answers rose from {L.before.score.estimate:.0%} to "
-            f"{L.after.score.estimate:.0%}, and the policy stayed close to where it started."]
+            f"{L.after.score.estimate:.0%}."]
     if L.over_seeds is not None:
         o = L.over_seeds
         said.append(f"It is the recipe, not luck: over {o.n} seeds GRPO added {100 * o.estimate:.0f} points on "
@@ -152,7 +152,7 @@ def findings(ledger: Ledger, S: Settings, L: Learned) -> Findings:
         f"| steps × problems × answers per problem | {S.grpo_steps} × {S.prompts} × {S.group} |\n"
         f"| KL weight, clip range, learning rate | {S.kl_weight:g}, {S.clip:g}, {S.grpo_lr:g} |\n"
         f"| KL to the start at the end, nats per character | {L.run.kl[-1]:.3f} |\n"
-        f"| most ratios clipped at one step | {max(L.run.clipped):.1%} |\n"
+        f"| the largest share of ratios the clip held, in one step | {max(L.run.clipped):.1%} |\n"
         f"| time: whole run, of which sampling | {L.run.seconds:.1f} s, {share:.0%} |\n"
         f"| sampling a step without the KV cache ÷ with it | {L.cache_ratio:.1f}× |",
         evidence.table([("after − before, seed 0, paired by problem", L.gain)]
@@ -199,10 +199,11 @@ def panel(S: Settings, start: Start, L: Learned) -> Panel:
         fig = go.Figure([go.Scatter(x=list(range(1, len(lab) + 1)), y=smoothed(lab), mode="lines",
                                     name="the lesson's settings", line=dict(color=plots.color(0))),
                          go.Scatter(x=list(range(1, len(reward) + 1)), y=smoothed(reward), mode="lines",
-                                    name="the panel's settings", line=dict(color=plots.color(1)))])
+                                    name="the panel's settings", line=dict(color=plots.color(1), dash="dash",
+                                                                            width=3))])
         fig.update_yaxes(range=[0, 1])
-        return plots.style(fig, f"Groups with a signal: {signal:.0%} of them; KL at the end: "
-                                f"{r.kl[len(reward) - 1]:.2f} nats per character", "GRPO step",
+        return plots.style(fig, f"Over these {len(reward)} steps {signal:.0%} of the groups had a signal; KL to the "
+                                f"start at the end: {r.kl[len(reward) - 1]:.2f} nats per character", "GRPO step",
                            f"reward, mean of {SMOOTH} steps", height=340)
 
     def slider(options, value, description):  # the lesson's own value is always one of the choices
@@ -211,4 +212,4 @@ def panel(S: Settings, start: Start, L: Learned) -> Panel:
     return Panel(draw, {"group": slider([2, 4, 8, 16], S.group, "answers per group"),
                         "kl_weight": slider([0.0, 0.04, 0.2, 1.0], S.kl_weight, "KL weight"),
                         "temperature": slider([0.2, 0.5, 1.0, 1.5], S.temperature, "temperature")},
-                 title="Fewer answers per group, a cooler temperature: fewer groups that teach", cancellable=True)
+                 title="A short run at other settings, beside the lesson's", cancellable=True)
