@@ -75,13 +75,13 @@ def test_bad_settings_are_refused_naming_the_parameter(overrides, name):
 
 
 def test_a_group_that_scored_alike_moves_nothing(st):
-    """Every answer cut short: every reward 0, every advantage 0, and the policy's weights do not change (the KL
+    """Answers cut short: every reward 0, every advantage 0, and the policy's weights do not change (the KL
     term's gradient is zero while the policy equals its reference)."""
     policy = chat.GPT(st.model.config)
     policy.load_state_dict(st.model.state_dict())
     before = [p.detach().clone() for p in policy.parameters()]
     r = grpo(policy, TEMPLATE, lesson.problems(S).pool, steps=3, max_new=S.answer_len - 1)
-    assert r.reward == [0.0] * 3 and r.signal == [0.0] * 3 and r.truncated == [1.0] * 3
+    assert r.reward == [0.0] * 3 and r.signal == [0.0] * 3 and min(r.truncated) > 0.9  # a short wrong answer may end
     assert all(torch.equal(a, b) for a, b in zip(before, policy.parameters()))
 
 

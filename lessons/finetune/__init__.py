@@ -98,7 +98,7 @@ def problems(S: Settings, seed: int = 0) -> Problems:
 PROFILES = {
     "smoke": Settings(profile="smoke", n_layer=2, n_embd=48, n_head=4, block_size=16, batch_size=64, steps=100,
                       lr=1e-3, digits=2, base_steps=500, demos=256, test=400, seeds=1, noise=0.5, pool=1024,
-                      answers=4, dpo_steps=60, dpo_lr=1e-4, betas=(1.0, 0.1, 0.5)),
+                      answers=4, dpo_steps=60, dpo_lr=1e-4, betas=(1.0, 0.1)),
     "cpu": Settings(profile="cpu", n_layer=2, n_embd=48, n_head=4, block_size=16, batch_size=64, steps=100,
                     lr=1e-3, digits=2, base_steps=500, demos=256, test=2000, seeds=5, noise=0.5, pool=2048,
                     answers=4, dpo_steps=60, dpo_lr=1e-4, betas=(1.0, 0.1, 0.25, 0.5, 2.0)),

@@ -32,6 +32,7 @@ CLIP_BOUND = 0.2    # share of answer characters whose ratio the clip held, at a
 TIME_ROUNDS = 5     # alternating rounds of sampling with and without the cache
 YOURS_STEPS = 20    # steps over which your run's reward must follow the lab's
 YOURS_TOL = 0.05    # mean |reward difference| over those steps (a sampled answer that flips moves it by 1/128)
+SHOWN = 6           # held-out sums the start got wrong, shown before and after
 
 
 def train(S: Settings, start: chat.GPT, seed: int = 0, advantages_fn=group_advantages, steps: int | None = None,
@@ -147,7 +148,12 @@ def findings(ledger: Ledger, S: Settings, L: Learned) -> Findings:
     else:
         said.append("One seed shows this model improved; whether the recipe always does needs seeds (`SEEDS`, or the "
                     "`cpu` profile).")
+    test = problems(S).test
+    wrong_before = [i for i, ok in enumerate(L.before.right) if not ok][:SHOWN]
+    samples = "\n".join(f"| `{TEMPLATE.prompt(test[i])}` | `{L.before.completions[i] or '(nothing)'}` | "
+                        f"`{L.after.completions[i] or '(nothing)'}` | `{test[i].answer}■` |" for i in wrong_before)
     return Findings(said, [
+        "| held-out sum the start got wrong | before | after GRPO | right answer |\n|---|---|---|---|\n" + samples,
         "| GRPO | |\n|---|---|\n"
         f"| steps × problems × answers per problem | {S.grpo_steps} × {S.prompts} × {S.group} |\n"
         f"| KL weight, clip range, learning rate | {S.kl_weight:g}, {S.clip:g}, {S.grpo_lr:g} |\n"
