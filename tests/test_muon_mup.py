@@ -127,7 +127,7 @@ def test_muon_against_adamw_fails_when_muon_ends_higher_or_reaches_no_sooner():
     sweep = muon_vs_adamw.Sweep((0.001, 0.002, 0.004), (2.7, 2.6, 2.8), 0.002)
     a, m = [2.66, 2.69, 2.67], [2.51, 2.50, 2.52]
     good = muon_vs_adamw.Comparison(sweep, sweep, a, m, paired(m, a, over="seeds"), run(32, 80, 2.66),
-                                    run(32, 80, 2.51), 60, 1.5, True)
+                                    run(32, 80, 2.51), round(0.75 * S.steps), 1.5, True)
     ledger = Ledger("t")
     muon_vs_adamw.findings(ledger, S, good)
     assert claims(ledger)["muon_lower"] and claims(ledger)["muon_sooner"]

@@ -75,7 +75,7 @@ class Settings(LabConfig):
 
 PROFILES = {
     "smoke": Settings(profile="smoke", n_layer=2, n_embd=32, n_head=4, head_dim=8, block_size=32, batch_size=16,
-                      steps=80, lr=2**-7, muon_lrs=(0.01, 0.02, 0.04), seeds=3, widths=(16, 32, 64),
+                      steps=60, lr=2**-7, muon_lrs=(0.02, 0.04, 0.08), seeds=3, widths=(16, 32, 64),
                       lrs=(2**-9, 2**-8, 2**-7, 2**-6), coord_steps=10, ladder=(16, 24, 32), ladder_steps=100,
                       big_width=64, budget=0.3, tolerance=0.1),
     "cpu": Settings(profile="cpu", n_layer=2, n_embd=64, n_head=8, head_dim=8, block_size=32, batch_size=16,

@@ -5,6 +5,7 @@ parametrization (SP) and µP are the same model. The learning rate holds, then f
 steps (a final loss read after the decay scatters less). Each run is kept, so a section that needs a run another
 made reads it."""
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -79,9 +80,10 @@ def train_run(S: Settings, r: Recipe, orthogonalize=None, desc: str | None = Non
     Newton–Schulz, not kept). desc: a progress bar over its steps, so labelled."""
     if orthogonalize is not None:
         return _train(S, r, orthogonalize, desc)
-    if (S, r) not in _KEPT:
-        _KEPT[S, r] = _train(S, r, None, desc)
-    return _KEPT[S, r]
+    same = dataclasses.replace(r, mup=False) if r.mup and r.width == S.base_width else r  # µP at its base width is
+    if (S, same) not in _KEPT:                                                               # SP: the same run
+        _KEPT[S, same] = _train(S, same, None, desc)
+    return dataclasses.replace(_KEPT[S, same], recipe=r)
 
 
 def train_all(S: Settings, recipes, desc: str) -> list[Run]:
