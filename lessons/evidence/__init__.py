@@ -42,10 +42,10 @@ PROFILES = {
                       lr=3e-3, seeds=6, lr_b=2e-3, wd_c=0.0, weight_decay=0.1, margin=0.005, confidence=0.95,
                       task_steps=300, task_problems=400),
     "cpu": Settings(profile="cpu", n_layer=2, n_embd=64, n_head=4, block_size=64, batch_size=16, steps=200, lr=3e-3,
-                    seeds=12, lr_b=2e-3, wd_c=0.0, weight_decay=0.1, margin=0.005, confidence=0.95, task_steps=600,
+                    seeds=12, lr_b=2e-3, wd_c=0.0, weight_decay=0.1, margin=0.01, confidence=0.95, task_steps=600,
                     task_problems=1000),
     "gpu": Settings(profile="gpu", n_layer=4, n_embd=128, n_head=4, block_size=128, batch_size=32, steps=500,
-                    lr=3e-3, seeds=24, lr_b=2e-3, wd_c=0.0, weight_decay=0.1, margin=0.005, confidence=0.95,
+                    lr=3e-3, seeds=24, lr_b=2e-3, wd_c=0.0, weight_decay=0.1, margin=0.01, confidence=0.95,
                     task_steps=2000, task_problems=2000),
 }
 
