@@ -97,6 +97,24 @@ def noisy_answers(problems: list[Problem], share: float, seed: int = 9) -> list[
     return [no_carry(p) if rng.random() < share else p.answer for p in problems]
 
 
+TEST_SHARE = 0.2  # of all problems, held out from the base's pre-training and from all post-training
+
+
+def held_out(digits: int) -> int:
+    """Problems of the task held out from the base and from all post-training."""
+    return max(1, round((10 ** digits) ** 2 * TEST_SHARE))
+
+
+def halves(r: "BaseRecipe", seed: int = 0) -> tuple[list[Problem], list[Problem], list[Problem]]:
+    """The problems the base read, in two halves, the first shuffled by seed (demonstrations are drawn from it, the
+    problems post-training samples on from the other), and the held-out test problems."""
+    train, test = r.task.split(TEST_SHARE, seed=0)
+    half = len(train) // 2
+    first = list(train[:half])
+    random.Random(seed).shuffle(first)
+    return first, list(train[half:]), list(test)
+
+
 IGNORE = -100  # a target no loss counts (labtools.packing's, cross_entropy's ignore_index)
 
 
@@ -153,7 +171,7 @@ def pretrained(r: BaseRecipe, device: torch.device | str = "cpu") -> GPT:
 
 def pretrain(model: GPT, r: BaseRecipe) -> GPT:
     """Next-token training on the training problems written as plain lines, every character counted."""
-    train, _ = r.task.split(test_share=0.2, seed=0)
+    train, _ = r.task.split(TEST_SHARE, seed=0)
     device = next(model.parameters()).device
     ids = torch.tensor([encode(p.line) for p in train], device=device)  # "07+45=052\n" per row
     X, Y = ids[:, :-1], ids[:, 1:]

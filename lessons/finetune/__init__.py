@@ -15,9 +15,9 @@ The model (n_layer, n_embd, n_head) is the base's; steps, lr and batch_size are 
 """
 
 import dataclasses
-import random
 from dataclasses import dataclass
 
+from labtools import chat
 from labtools.chat import BaseRecipe, Template
 from labtools.config import LabConfig, resolve
 from labtools.tasks import Problem
@@ -56,8 +56,7 @@ class Settings(LabConfig):
 
     @property
     def held_out(self) -> int:
-        """Problems held out from the base and from every fine-tuning."""
-        return max(1, round((10 ** self.digits) ** 2 * TEST_SHARE))
+        return chat.held_out(self.digits)
 
     @property
     def trainable(self) -> int:
@@ -74,7 +73,6 @@ class Settings(LabConfig):
         return self.betas[0]
 
 
-TEST_SHARE = 0.2  # of all problems, held out from the base's pre-training and from every fine-tuning
 TEMPLATE = Template()  # the user's question, the assistant tag where plain text has "=", the answer, the end tag
 
 
@@ -88,11 +86,8 @@ class Problems:
 def problems(S: Settings, seed: int = 0) -> Problems:
     """The training problems (those the base read), shuffled: demonstrations from the first half, the pool from the
     second; the test problems are held out. seed draws another set of demonstrations (section 3's seeds)."""
-    train, test = S.recipe.task.split(TEST_SHARE, seed=0)
-    half = len(train) // 2
-    demos = list(train[:half])
-    random.Random(seed).shuffle(demos)
-    return Problems(demos[:S.demos], list(train[half:half + S.pool]), test[:S.test])
+    demos, other, test = chat.halves(S.recipe, seed)
+    return Problems(demos[:S.demos], other[:S.pool], test[:S.test])
 
 
 PROFILES = {

@@ -14,15 +14,14 @@ The settings of notebooks/21_rl_with_a_verifier.ipynb. One module per section:
 The model (n_layer, n_embd, n_head) is the base's; steps, lr and batch_size are the supervised fine-tune's.
 """
 
-import random
 from dataclasses import dataclass
 
+from labtools import chat
 from labtools.chat import BaseRecipe, Template
 from labtools.config import LabConfig, resolve
 from labtools.tasks import Problem
 from labtools.validate import check_range
 
-TEST_SHARE = 0.2  # of all problems, held out from the base's pre-training and from all post-training
 TEMPLATE = Template()
 
 
@@ -66,7 +65,7 @@ class Settings(LabConfig):
 
     @property
     def held_out(self) -> int:
-        return max(1, round((10 ** self.digits) ** 2 * TEST_SHARE))
+        return chat.held_out(self.digits)
 
     @property
     def trainable(self) -> int:
@@ -92,11 +91,8 @@ class Problems:
 
 def problems(S: Settings, seed: int = 0) -> Problems:
     """Demonstrations from one half of the training problems (drawn by seed), GRPO's prompts from the other."""
-    train, test = S.recipe.task.split(TEST_SHARE, seed=0)
-    half = len(train) // 2
-    demos = list(train[:half])
-    random.Random(seed).shuffle(demos)
-    return Problems(demos[:S.demos], list(train[half:]), test[:S.test])
+    demos, other, test = chat.halves(S.recipe, seed)
+    return Problems(demos[:S.demos], other, test[:S.test])
 
 
 _COMMON = dict(n_layer=2, n_embd=48, n_head=4, block_size=16, batch_size=64, steps=100, lr=1e-3, digits=2,
