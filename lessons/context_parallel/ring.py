@@ -251,7 +251,7 @@ def memory_findings(ledger: Ledger, r: Runs, S: Settings) -> Findings:
     ledger.note("torch_cp", asdict(cp))
     return Findings([
         f"Only the weights of the blocks it computed: the busiest rank keeps **{kept[CONTIGUOUS]:.2f}** of what "
-        f"one process keeps with contiguous blocks, and less with zig-zag, about 1/c each.",
+        f"one process keeps with contiguous blocks, and less with zig-zag, whose busiest rank computes fewer scores.",
     ], [
         f"Kept for backward by the busiest rank, as a share of one process's {one / 2**20:.1f} MiB: contiguous "
         f"{kept[CONTIGUOUS]:.2f}, zig-zag {kept[ZIGZAG]:.2f}.",

@@ -129,11 +129,12 @@ def findings(ledger: Ledger, res: list[CollectivesResult]) -> Findings:
     ledger.add("pictures_real", f"Every collective's picture matches {n} real ranks ({len(agree)} collectives, "
                "the written-out ring's last step included)", all(agree.values()), is_true(), kind="measured")
     same = sum(agree.values())
-    verdict = (f"As pictured: every collective's picture matches what **{n}** real ranks held afterwards."
+    verdict = (f"Each collective moves chunks as its picture shows: what **{n}** real ranks held afterwards is "
+               "what the picture ends with."
                if same == len(agree) else f"Not always as pictured: only {same} of {len(agree)} pictures match what "
                f"{n} real ranks held afterwards.")
     return Findings([verdict, f"The ring, stepped send by send, ends after **{2 * (n - 1)}** steps where "
-                              "`dist.all_reduce` does: every rank holds the sum of every chunk."],
+                              "PyTorch's all-reduce does: every rank holds the sum of every chunk."],
                     [f"Collectives checked: {len(agree)}, each on every rank and every chunk.",
                      "Each rank r starts with the value 2^r in every chunk, so a value held afterwards names exactly "
                      "the ranks it sums."])

@@ -165,8 +165,8 @@ def wire_findings(ledger: Ledger, eq: dict[int, Compared]) -> Findings:
                        "the farthest from 1)", _farthest([v[key] for v in measured.values()]),
                        approx(1.0, rel=0.05), kind="measured")
         worst = max(abs(v[k] - 1) for v in measured.values() for k in v)
-        answer.append(f"The wire agrees: the ring written out, `dist.all_reduce` and a DDP backward each sent within "
-                      f"**{worst:.0%}** of the formula.")
+        answer.append(f"The wire agrees: the ring written out, PyTorch's all-reduce and a DDP backward each sent "
+                      f"within **{worst:.1%}** of the formula.")
         bytes_table = "| ranks N | on the wire ÷ formula: ring | dist.all_reduce | DDP backward |\n" \
                       "|---|---|---|---|\n" + "\n".join(
                           f"| {w} | {v[Sent.RING]:.3f} | {v[Sent.ALL_REDUCE]:.3f} | {v[Sent.DDP_STEP]:.3f} |"

@@ -91,7 +91,12 @@ def resume_stats(S: Settings, r: dict) -> dict:
 
 def figure(S: Settings, r: dict) -> go.Figure:
     whole, lab, art = r["whole"], r["lab"], r["article"]
-    fig = plots.subplots(1, 2, ("training loss", "|loss − uninterrupted run's| (0 is drawn at 1e-9)"), height=380)
+    def same(h):
+        return all(a == whole.loss[whole.step.index(s)] for a, s in zip(h.loss, h.step))
+    title = ("Resumed from the full checkpoint, the run " + ("is the uninterrupted one" if same(lab) else "drifts")
+             + "; with the tutorial recipe it " + ("is too" if same(art) else "drifts"))
+    fig = plots.subplots(1, 2, ("training loss", "|loss − uninterrupted run's| (0 is drawn at 1e-9)"), title=title,
+                         height=380)
     fig.add_trace(go.Scatter(x=whole.step, y=whole.loss, name="uninterrupted", line=dict(color=plots.color(0))), 1, 1)
     fig.add_trace(go.Scatter(x=lab.step, y=lab.loss, name="killed, resumed from the full checkpoint",
                              line=dict(color=plots.color(1), dash="dot")), 1, 1)

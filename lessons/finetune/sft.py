@@ -177,9 +177,11 @@ def ablation_findings(ledger: Ledger, S: Settings, a: Ablation) -> Findings:
     e = a.mask_effect
     one = a.masked[0] - a.unmasked[0]
     if e is None:
-        mask = (f"One seed cannot say whether the mask helps: here it changed exact answers by {100 * one:+.1f} "
-                "points, but a "
-                "comparison of recipes needs several seeds (lesson 18). Set `SEEDS`, or run the `cpu` profile.")
+        here = ("both runs answered the same share exactly" if one == 0 else
+                f"the masked run answered {abs(100 * one):.1f} points {'more' if one > 0 else 'fewer'} sums exactly "
+                "than the unmasked one")
+        mask = (f"One seed cannot say whether the mask helps: here {here}, but a comparison of recipes needs several "
+                "seeds (lesson 18). Set `SEEDS`, or run the `cpu` profile.")
     else:
         ledger.note("mask_effect", dataclasses.asdict(e))
         pts = f"{100 * e.estimate:+.1f} points"

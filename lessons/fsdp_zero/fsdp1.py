@@ -24,5 +24,5 @@ def findings(ledger: Ledger, f1: list[Fsdp1Result]) -> Findings:
     stage = {Fsdp1.NO_SHARD: "DDP", Fsdp1.SHARD_GRAD_OP: "ZeRO-2", Fsdp1.FULL_SHARD: "ZeRO-3"}
     table = "| rank 0, at rest | parameters (bytes) | gradients (bytes) |\n|---|---|---|\n" + "\n".join(
         f"| `{name}` ({stage[name]}) | {d.params:,} | {d.grads:,} |" for name, d in shards.items())
-    return Findings([f"Yes: at rest, its ZeRO-2 and ZeRO-3 strategies leave rank 0 **{held:.2f}** of the parameters "
-                     f"and gradients it holds unsharded, $1/N$ on {len(f1)} ranks, as `fully_shard` does."], [table])
+    return Findings([f"Yes: at rest, its ZeRO-2 and ZeRO-3 strategies leave rank 0 **{held:.2f}** of what it would "
+                     f"hold unsharded ($1/N$ on {len(f1)} ranks), as FSDP2 does."], [table])

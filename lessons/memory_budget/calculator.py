@@ -29,7 +29,8 @@ def budget_figure(preset, precision, optimizer, zero_stage, dp, tp, pp, offload,
     fig.add_hline(y=gpu_gb, line=dict(color="red" if not fits else "green", dash="dash"),
                   annotation_text=f"{gpu_gb:g} GB GPU")
     plots.style(fig, f"{preset}: {b.total / GB:,.1f} GB per GPU — {'fits' if fits else 'does NOT fit'} "
-                       f"({b.bytes_per_param():.2f} B/param of model states)", "", "GB (10⁹ bytes)", barmode="stack")
+                       f"({b.bytes_per_param():.2f} bytes per parameter of model states)", "", "GB (10⁹ bytes)",
+                barmode="stack")
     return fig
 
 

@@ -66,7 +66,7 @@ def findings(ledger: Ledger, c: dict) -> Findings:
         f"No number of GPUs fits 70B under ZeRO-1: it keeps the whole bf16 weights and gradients, "
         f"**{z1[max(z1)] / GB:.0f} GB**, on every GPU.",
         f"Offloading cuts GPU memory **{saved['DDP']:.0f}×** without sharding, but under ZeRO-1 and ZeRO-2 the state "
-        f"it moves is already sharded: it saves **{sharded:.1f}×** at most.",
+        f"it moves is already sharded: on eight GPUs it saves **{sharded:.1f}×** at most.",
     ], [
         f"Bytes per parameter: {without_master:.0f} without the master copy, {mixed.bytes_per_param():.0f} with it "
         "(computed).",

@@ -119,12 +119,12 @@ def figure(runs: dict[Recipe, History], S: Settings) -> go.Figure:
         fig.add_trace(go.Scatter(x=h.val_step, y=h.val_loss, mode="lines+markers", name=recipe.label(S.shrink_exp),
                                  line=dict(color=plots.color(i)), marker=dict(size=4)), row=1, col=1)
     h = runs[Recipe.FP16_DYNAMIC]
-    fig.add_trace(go.Scatter(x=h.step, y=h.loss_scale, mode="lines", name="scale S", line=dict(color="black")),
+    fig.add_trace(go.Scatter(x=h.step, y=h.loss_scale, mode="lines", name="scale κ", line=dict(color="black")),
                   row=1, col=2)
     skipped = [s for s, k in zip(h.step, h.skipped) if k]
     fig.add_trace(go.Scatter(x=skipped, y=[h.loss_scale[s - h.step[0]] for s in skipped], mode="markers",
                              name="skipped step", marker=dict(color="red", symbol="x", size=9)), row=1, col=2)
-    fig.update_yaxes(type="log", title_text="S", row=1, col=2)
+    fig.update_yaxes(type="log", title_text="κ", row=1, col=2)
     fig.update_xaxes(title_text="step")
     plots.style(fig, "fp16 against fp32 and bf16: without a scale the gradients flush to zero, with one it trains",
                 height=420)

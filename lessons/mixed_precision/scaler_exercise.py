@@ -93,7 +93,7 @@ def replay(fn, runs: dict, S) -> Outcome:
     function from the run's first scale, drawn beside the scale the run used (the lab's DynamicLossScaler)."""
     from lessons.mixed_precision.loss_scaling import Recipe  # here, so the exercise cell imports no training code
     h = runs[Recipe.FP16_DYNAMIC]
-    fig = go.Figure(go.Scatter(x=h.step, y=h.loss_scale, mode="lines", name="the run's scale (DynamicLossScaler)",
+    fig = go.Figure(go.Scatter(x=h.step, y=h.loss_scale, mode="lines", name="the run's scale",
                                line=dict(color="black", width=4)))
     tried = attempt(learner_scales, fn, h.skipped[:-1], S.growth_interval, h.loss_scale[0], whose=fn)
     if not tried.returned:  # not written, or the learner's error, exit or endless loop as a message
@@ -114,7 +114,7 @@ def replay(fn, runs: dict, S) -> Outcome:
     fig.add_trace(go.Scatter(x=skipped, y=[h.loss_scale[s - h.step[0]] for s in skipped], mode="markers",
                              name="overflow: step skipped", marker=dict(color="red", symbol="x", size=9)))
     fig.update_yaxes(type="log")
-    plots.style(fig, "Your scaler on the run's overflows", "step", "scale S", height=340)
+    plots.style(fig, "Your scaler on the run's overflows", "step", "scale κ", height=340)
     display(fig)
     return result
 

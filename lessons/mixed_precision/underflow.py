@@ -49,7 +49,7 @@ def figure(g: np.ndarray, log2_scale: float) -> go.Figure:
     over = f", {fr['overflow']:.2%} overflow" if fr["overflow"] else ""
     lost = (f"{fr['flushed']:.2%} flush to zero in fp16{over}" if fr["flushed"] or fr["overflow"]
             else "none flush to zero or overflow in fp16")
-    plots.style(fig, f"Gradients × S = 2^{log2_scale:g}: {lost}", "log₂ |g · S|", "count")
+    plots.style(fig, f"Gradients × κ = 2^{log2_scale:g}: {lost}", "log₂ |g · κ|", "count")
     fig.update_xaxes(range=[-50, 20])
     return fig
 
@@ -64,14 +64,14 @@ def findings(ledger: Ledger, grads: np.ndarray) -> Findings:
     fr0, fr16 = fp16_fractions(grads, 0), fp16_fractions(grads, 16)
     ledger.add("underflow", "Some real gradients flush to zero in fp16 (fraction of parameters' gradient entries)",
                fr0["flushed"], at_least(1e-4), kind="measured")
-    ledger.add("underflow_recovered", "Multiplied by S = 2¹⁶ before fp16 stores them, most of those gradients survive "
-               "(flushed with S = 2¹⁶ ÷ without)",
+    ledger.add("underflow_recovered", "Multiplied by κ = 2¹⁶ before fp16 stores them, most of those gradients "
+               "survive (flushed with κ = 2¹⁶ ÷ without)",
                fr16["flushed"] / max(fr0["flushed"], 1e-12), at_most(0.2), kind="measured", detail=True)
     ledger.note("fp16_fractions", {"S=1": fr0, "S=2^16": fr16})
     return Findings([
         f"Some of this model's real gradients flush to zero in fp16 (**{fr0['flushed']:.2%}**), and "
         f"{fr0['subnormal']:.0%} lose precision as subnormals.",
-        "Multiplied by $S = 2^{16}$ before storing, "
+        "Multiplied by $\\kappa = 2^{16}$ before storing, "
         + (f"only {100 * fr16['flushed']:.2g}% flush" if fr16["flushed"] > 0 else "none flush")
         + ": the histogram slides right, into fp16's range.",
-    ], [f"Overflow at $S = 2^{{16}}$: {100 * fr16['overflow']:.2g}% of the entries."])
+    ], [f"Overflow at $\\kappa = 2^{{16}}$: {100 * fr16['overflow']:.2g}% of the entries."])

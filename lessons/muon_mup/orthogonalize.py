@@ -73,7 +73,8 @@ def figure(o: Orthogonalized) -> go.Figure:
     fig.add_trace(go.Scatter(x=k, y=o.before, mode="lines+markers", name="momentum (÷ its largest)"))
     fig.add_trace(go.Scatter(x=k, y=o.after, mode="lines+markers", name="after five Newton–Schulz steps"))
     fig.update_yaxes(type="log")
-    return plots.style(fig, "Newton–Schulz lifts every direction of the update to about the same size",
+    return plots.style(fig, f"Newton–Schulz lifts {near_one(o.after):.0%} of the update's directions to about the "
+                       "same size",
                        "singular value, largest first", "singular value (log scale)")
 
 

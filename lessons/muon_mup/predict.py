@@ -20,7 +20,7 @@ from lessons.muon_mup.runs import Recipe, Run, flops, train_all, train_run
 
 @dataclass(frozen=True)
 class Law:
-    """loss = a · C^(−gamma): a straight line in log loss against log compute, fitted by least squares."""
+    """loss = A · C^(−gamma): a straight line in log loss against log compute, fitted by least squares."""
     a: float
     gamma: float
 
@@ -188,8 +188,8 @@ def findings(ledger: Ledger, S: Settings, g: Graded) -> Findings:
          + "\n".join(f"| {who} | {w} | {steps} | {c:.3g} | {r.final:.3f} |"
                      for who, lad in small for (w, steps), r, c in zip(lad.rungs, lad.runs, lad.compute))
          + f"\n| big | {S.big_width} | {g.big.recipe.steps} | {L.big_compute:.3g} | {g.big.final:.3f} |",
-         "| the law, loss = a · C^−γ | |\n|---|---|\n"
-         f"| a | {L.law.a:.3g} |\n| γ | {L.law.gamma:.4f} |\n| predicted, nats | {L.predicted:.3f} |\n"
+         "| the law, loss = A · C^−γ | |\n|---|---|\n"
+         f"| A | {L.law.a:.3g} |\n| γ | {L.law.gamma:.4f} |\n| predicted, nats | {L.predicted:.3f} |\n"
          f"| measured, nats | {g.big.final:.3f} |\n| the big run's compute ÷ the largest small run's | {reach:.0f} |"])
 
 

@@ -103,7 +103,8 @@ def why(p: Plan) -> tuple[StepEstimate, Part]:
 
 
 def findings(ledger: Ledger, p: Plan) -> Findings:
-    best, run = p.best, p.run
+    best, run, ex = p.best, p.run, p.example
+    m = MODELS[ex.model]
     second, part = why(p)
     unfit = [e for e in p.ranked if not e.fits]
     ledger.note("example", {"layout": str(best.layout), "step_s": best.step_s, "days": run.days,
@@ -114,7 +115,11 @@ def findings(ledger: Ledger, p: Plan) -> Findings:
         f"{PART_LABELS[part]}.",
         "Too little model parallelism does not fit at all: each GPU would hold too much of the model.",
     ], [
-        f"`{best.layout}`: {best.step_s:.2f} s per step at {best.mfu:.0%} MFU (predicted).",
+        f"The example: {ex.model} parameters in {m.n_layer} layers of width {m.n_embd} ({m.n_head} heads), "
+        f"{ex.batch:,} sequences of {m.seq:,} tokens per step, {ex.tokens / 1e12:.0f}T tokens in all, on "
+        f"{ex.gpus:,} H100s of 80 GB; the kernel efficiency calibrated on Llama 3's run: {p.efficiency:.0%}.",
+        f"`{best.layout}`: {best.step_s:.2f} s per step at {best.mfu:.0%} MFU (model FLOPs utilisation, lesson 12; "
+        "predicted).",
         f"Each layer's forward runs again in backward (activation checkpointing, lesson 05), so the GPUs compute "
         f"{best.hardware_flops / best.model_flops:.2f}× the model's FLOPs; MFU counts only the model's, so it sits "
         "below the share of the step spent computing.",

@@ -166,8 +166,8 @@ def findings(ledger: Ledger, tr: dict) -> Findings:
     rows = "\n".join(f"| {kind} | {tr['flops'].get(kind, 0.0) / total:.0%} | {s[kind]:.0%} |" for kind in ROWS)
     return Findings([
         f"Matrix products do **{mm:.0%}** of the step's FLOPs but take only **{s['matrix products']:.0%}** of its "
-        "time. The rest goes to work that does almost no arithmetic: element-wise ops, normalisation, the "
-        "optimizer, and Python between the ops.",
+        "time. The rest goes to attention's own products and to work that does almost no arithmetic: element-wise "
+        "ops, normalisation, the optimizer, and Python between the ops.",
     ], [
         "| kind of work | share of the FLOPs (counted) | share of the time (measured) |\n|---|---|---|\n" + rows,
         f"A step took {step_ms:.0f} ms.",

@@ -102,7 +102,7 @@ def findings(ledger: Ledger, S: Settings) -> Findings:
         "The lab keeps the published choices that do not depend on scale: AdamW, β2, weight decay on matrices only, "
         "clipping at $\\tau = 1$, a cosine to a tenth of the peak.",
         f"It rescales those that do: its batch is at least **{min(ratios):,.0f}×** smaller, and its short runs warm up "
-        f"over a far larger share of their steps than large runs do (**{max(known.values()):.1%}** at most).",
+        f"over a far larger share of their steps (the large runs: **{max(known.values()):.1%}** of theirs at most).",
     ], [
         table,
         "The peak learning rate grows as models shrink: this lesson's sub-million-parameter GPT runs far above "

@@ -69,7 +69,8 @@ def findings(ledger: Ledger, rows: list[MemoryRow], S: Settings) -> Findings:
          f"Close to the lab's calculator's prediction (worst gap **{worst:.1%}**)")
         + ": with TP, $4 + 12/tp$ of lesson 05's 16 tensors per block; with sequence parallelism, $2 + 14/tp$.",
         f"With four ranks, TP cut each rank's activations to **{at[Split.TP] / at[Split.NONE]:.0%}** of one rank's, "
-        f"and TP + SP to **{at[Split.TP_SP] / at[Split.NONE]:.0%}**." if tp == 4 else
+        f"and TP + SP to **{at[Split.TP_SP] / at[Split.NONE]:.0%}**: more than the blocks' own shares, since what "
+        "lies outside the blocks (the embeddings, the final LayerNorm, the logits) is not split." if tp == 4 else
         f"At the largest size, TP cut each rank's activations to **{at[Split.TP] / at[Split.NONE]:.0%}** of one "
         f"rank's, and TP + SP to **{at[Split.TP_SP] / at[Split.NONE]:.0%}**.",
     ], [table,

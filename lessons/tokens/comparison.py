@@ -120,20 +120,21 @@ def findings(ledger: Ledger, S: Settings, runs: dict[str, Trained]) -> Findings:
     gap = c.bits_per_byte() - b.bits_per_byte()
     chars, bpe = _pairs(runs)
     if len(chars) > 1:  # over seeds, paired (lesson 18)
-        ledger.add("per_byte_bpe", "Per byte of the same held-out text the BPE model is better at nearly equal "
-                   f"compute (the characters' − BPE's bits per byte, paired over {len(chars)} seeds at {S.steps} "
+        ledger.add("per_byte_bpe", "Per byte of the same held-out text the BPE model is better in the same "
+                   f"steps (the characters' − BPE's bits per byte, paired over {len(chars)} seeds at {S.steps} "
                    "steps)", evidence.paired(chars, bpe), above(0.1), kind="measured")
     else:
-        ledger.add("per_byte_bpe", "Per byte of the same held-out text the BPE model is better at nearly equal "
-                   f"compute (the characters' − BPE's bits per byte; one seed at {S.steps} steps)", gap,
+        ledger.add("per_byte_bpe", "Per byte of the same held-out text the BPE model is better in the same "
+                   f"steps (the characters' − BPE's bits per byte; one seed at {S.steps} steps)", gap,
                    at_least(0.1), kind="measured")
     share = embedding_share(shape(S, S.vocab_size))[0]
     per_token = b.nats_per_token - c.nats_per_token
     return Findings([
         f"Per token the comparison is meaningless: the character model's loss is lower by **{per_token:.1f}** nats, "
         "because each of its tokens is a single, easier character.",
-        f"Per byte of the same text BPE wins by **{gap:.2f}** bits for nearly the same compute: its tokens carry "
-        f"{b.val_bytes / b.val_tokens:.1f} bytes each, so in the same steps it reads more text.",
+        f"Per byte of the same text BPE wins by **{gap:.2f}** bits in the same steps, its larger output layer "
+        f"costing {flops_ratio - 1:.0%} more compute per token: its tokens carry several bytes each, so it reads "
+        "more text.",
     ], [f"Bits per byte: characters {c.bits_per_byte():.3f}, BPE {b.bits_per_byte():.3f}, after {S.steps} steps "
         "of one seed.",
         f"Loss per token: characters {c.nats_per_token:.3f} nats, BPE {b.nats_per_token:.3f}.",

@@ -28,7 +28,8 @@ def size_panel(S: Settings, corpus: data.Corpus, baseline: History) -> tuple[Pan
         runs = {f"baseline L={S.n_layer} h={S.n_embd}, {S.steps} steps": baseline}
         if h is not baseline:
             runs[f"L={n_layer} h={n_embd}, {steps} steps"] = h
-        return plots.loss_curves(runs, floor=corpus.entropy_rate, title="Depth, width and steps vs the floor")
+        return plots.loss_curves(runs, floor=corpus.entropy_rate,
+                                 title="Your runs against the baseline: how close each gets to the floor")
 
     controls = {
         "n_layer": slider(S.n_layer, 1, 8, description="layers", continuous=False),
