@@ -287,3 +287,28 @@ def test_the_sharded_step_trains_as_adamw_on_the_whole_batch_in_one_process(sess
     # Adam moves every weight by about lr per step whatever its gradient's size: summation-order rounding in a small
     # gradient shows at that scale, so the bound is a hundredth of lr
     assert max(r.max_diff for r in res) < 1e-5
+
+
+def test_every_layout_claim_fails_on_a_row_that_left_one_process_and_the_text_says_which():
+    """Section 6's claim and answer from its rows: all within 1e-5 passes; one row whose weights parted (a
+    planted bug's size) fails the claim and turns the answer to 'No', naming where to look."""
+    from labtools.parallel.nd import LayoutRun
+    from lessons.plan_a_run import every_layout
+
+    def row(layout, loss_rel, param_rel, wire):
+        return LayoutRun(layout=layout, losses=[3.0, 2.9, 2.8], reference=[3.0, 2.9, 2.8], loss_rel=loss_rel,
+                         param_rel=param_rel, worst_param="transformer.h.0.attn.c_attn.weight", params=123_456,
+                         wire_bytes=wire)
+
+    good = [row("dp 2 × tp 2", 6e-8, 1.7e-7, 2e5), row("tp 2 × pp 2", 1e-7, 1.7e-7, 5e5)]
+    ledger = Ledger("16_plan_a_run")
+    text = str(every_layout.findings(ledger, good))
+    claim = next(c for c in ledger.claims if c.key == "every_layout_equal")
+    assert claim.passed and text.startswith("- Yes")
+    assert "sent 2× what `dp 2 × tp 2` sent" in text
+    bad = [*good, row("tp 2 × cp 2", 2e-3, 0.33, 4e5)]
+    ledger = Ledger("16_plan_a_run")
+    text = str(every_layout.findings(ledger, bad))
+    claim = next(c for c in ledger.claims if c.key == "every_layout_equal")
+    assert not claim.passed and text.startswith("- No")
+    assert "Not every layout" in every_layout.table(bad).layout.title.text

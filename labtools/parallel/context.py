@@ -88,20 +88,22 @@ class RingShift(torch.autograd.Function):
     """Send x to the next rank and receive the previous rank's; backward sends the gradient back the other way."""
 
     @staticmethod
-    def forward(ctx, x, counter):
-        ctx.counter = counter
-        return _shift(x, +1, counter)
+    def forward(ctx, x, counter, group=None):
+        ctx.counter, ctx.group = counter, group
+        return _shift(x, +1, counter, group)
 
     @staticmethod
     def backward(ctx, g):
-        return _shift(g.contiguous(), -1, ctx.counter), None
+        return _shift(g.contiguous(), -1, ctx.counter, ctx.group), None, None
 
 
-def _shift(x: torch.Tensor, direction: int, counter: dict | None) -> torch.Tensor:
-    n, r = dist.get_world_size(), dist.get_rank()
+def _shift(x: torch.Tensor, direction: int, counter: dict | None, group=None) -> torch.Tensor:
+    """x to the next rank of the ring (group: the whole world when None), the previous rank's x back."""
+    n, r = dist.get_world_size(group), dist.get_rank(group)
+    peer = (lambda i: i) if group is None else (lambda i: dist.get_global_rank(group, i))
     out = torch.empty_like(x)
-    ops = [dist.P2POp(dist.isend, x.contiguous(), (r + direction) % n),
-           dist.P2POp(dist.irecv, out, (r - direction) % n)]
+    ops = [dist.P2POp(dist.isend, x.contiguous(), peer((r + direction) % n), group),
+           dist.P2POp(dist.irecv, out, peer((r - direction) % n), group)]
     for req in dist.batch_isend_irecv(ops):
         req.wait()
     if counter is not None:
@@ -126,11 +128,12 @@ def attend(q, pos, blocks: int, k, v, k_pos, acc: list, *, counter: dict | None 
     return acc
 
 
-def ring_attention(q, k, v, pos, *, blocks: int = 1, counter: dict | None = None, merge_fn=merge):
+def ring_attention(q, k, v, pos, *, blocks: int = 1, counter: dict | None = None, merge_fn=merge, group=None):
     """Causal attention of this rank's queries to the whole sequence's keys, over c ring steps. q, k, v: (…, n, d)
     at this rank's positions pos, held as `blocks` equal blocks (pieces(layout)). counter (a dict) gathers bytes
-    sent, score entries computed and the seconds of CPU this thread spent computing blocks (not the waits)."""
-    n_ranks = dist.get_world_size()
+    sent, score entries computed and the seconds of CPU this thread spent computing blocks (not the waits).
+    group: the c ranks that share the sequence (a process group; None: every rank of the launch)."""
+    n_ranks = dist.get_world_size(group)
     acc = [None] * blocks
     kv, kv_pos = torch.stack([k, v]), pos
     for step in range(n_ranks):
@@ -139,8 +142,8 @@ def ring_attention(q, k, v, pos, *, blocks: int = 1, counter: dict | None = None
         if counter is not None:
             counter["compute_s"] = counter.get("compute_s", 0.0) + time.thread_time() - t0
         if step < n_ranks - 1:  # pass the block on; the positions travel with it (a few bytes, not counted)
-            kv = RingShift.apply(kv, counter)
-            kv_pos = _shift(kv_pos, +1, None)
+            kv = RingShift.apply(kv, counter, group)
+            kv_pos = _shift(kv_pos, +1, None, group)
     out = torch.cat([a[0] for a in acc], dim=-2)
     # Every rank must take part in every backward pass of the ring, even where a causal mask made it skip the blocks
     # it received (the ranks would wait on each other): a zero-weight term keeps the last block, and through it the

@@ -1,0 +1,397 @@
+"""One model, every layout: the lab's GPT trained on a mesh of dp × fsdp × tp × pp × cp ranks, and held to one
+process's run.
+
+    dims = ParallelDims(dp=2, tp=2)                          # validated once: dims.check(n_layer=..., ...)
+    job = LayoutJob(dp=2, tp=2, steps=3)                     # the lab's GPT, the batch, the steps and the layout
+    runs = launch(train, job.dims.world, job)                # each rank's LayoutRun; runs[0] holds the comparison
+
+Each parallelism is one that a lesson taught, composed on one device mesh (torch's DeviceMesh, tp innermost so a
+tensor-parallel group stays inside a node's fast links, pp outermost):
+    dp    replicated data parallelism: every rank holds whole parameters, gradients all-reduced (lesson 07)
+    fsdp  sharded data parallelism, FSDP2 (ZeRO-3): parameters, gradients and AdamW's state split (lesson 08)
+    tp    tensor parallelism with DTensor: column/row-parallel linears in every block (lesson 10)
+    pp    pipeline parallelism: the blocks cut into pp stages, run by torch's 1F1B schedule (lesson 09)
+    cp    context parallelism: the sequence split zig-zag, attention over the lab's ring (lesson 14)
+The data-parallel ranks (dp × fsdp) take equal rows of the global batch; the cp ranks of a row take its positions;
+tp and pp ranks see the same rows. The gradients of parameters replicated over dp and cp are averaged over both
+(forgetting cp is a classic bug: each cp rank's gradient covers only its own positions); FSDP averages over fsdp.
+
+The one-process reference is the same GPT (untied embeddings, as a pipeline needs) trained by AdamW on the whole
+batch, run by rank 0 after the layout's run. Written here, for the lab: the stage cut and the ring attention's
+module; everything else is torch's (DeviceMesh, fully_shard, parallelize_module, PipelineStage, Schedule1F1B).
+Introduced in notebooks/16_plan_a_run.ipynb.
+"""
+
+import math
+import warnings
+from dataclasses import dataclass, field, replace
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+from labtools.config import LabConfig
+from labtools.model import GPT
+from labtools.parallel.context import SeqLayout, positions, ring_attention
+from labtools.parallel.toolkit import build_gpt, device, global_batch, report_progress
+from labtools.validate import check_range
+
+# DTensor's input hooks warn that a backward hook fires for outputs whose inputs need no gradient (token ids)
+warnings.filterwarnings("ignore", message="Full backward hook is firing")
+
+DIMS = ("pp", "dp", "fsdp", "cp", "tp")  # the mesh's dimensions, outermost first
+PLANTS = ("", "no_cp_reduce", "no_tp_reduce")
+# SGD with momentum by default: its update is linear in the gradient, so a layout's rounding stays rounding-sized in
+# the weights. Adam divides each gradient by its own running size: where a weight's gradient nearly cancels over the
+# batch, rounding in the last bits becomes a visible part of a full step (AdamW's losses still agree to 1e-7).
+OPTIMIZERS = ("sgd", "adamw")  # bugs a test plants to show the comparison fails on the right row
+
+
+@dataclass(frozen=True)
+class ParallelDims:
+    """The degree of each parallelism; their product is the number of ranks (like torchtitan's ParallelDims)."""
+    dp: int = 1    # data parallel, replicated
+    fsdp: int = 1  # data parallel, sharded (FSDP2)
+    tp: int = 1    # tensor parallel
+    pp: int = 1    # pipeline stages
+    cp: int = 1    # context parallel
+
+    def __post_init__(self):
+        for name in DIMS:
+            check_range(name, getattr(self, name), 1, 64, int)
+
+    @property
+    def world(self) -> int:
+        return math.prod(getattr(self, n) for n in DIMS)
+
+    @property
+    def data(self) -> int:
+        """Data-parallel ranks: each takes its own rows of the batch."""
+        return self.dp * self.fsdp
+
+    def __str__(self) -> str:
+        used = [f"{n} {getattr(self, n)}" for n in ("dp", "fsdp", "tp", "pp", "cp") if getattr(self, n) > 1]
+        return " × ".join(used) or "one process"
+
+    def check(self, *, n_layer: int, n_head: int, n_embd: int, block_size: int, batch_size: int,
+              micro_batches: int = 1, world: int | None = None) -> None:
+        """ValueError naming the degree that does not divide what it splits."""
+        if world is not None and self.world != world:
+            raise ValueError(f"the degrees multiply to {self.world} ranks ({self}), not the {world} launched")
+        if n_head % self.tp or n_embd % self.tp:
+            raise ValueError(f"tp = {self.tp} must divide the heads ({n_head}) and the width ({n_embd})")
+        if n_layer % self.pp:
+            raise ValueError(f"pp = {self.pp} must divide the layers ({n_layer}): each stage takes whole blocks")
+        if block_size % (2 * self.cp):
+            raise ValueError(f"cp = {self.cp}: the sequence ({block_size} positions) must split into 2·cp = "
+                             f"{2 * self.cp} equal blocks (zig-zag)")
+        m = micro_batches if self.pp > 1 else 1
+        if batch_size % (self.data * m):
+            raise ValueError(f"dp · fsdp = {self.data} ranks × {m} micro-batches must divide the batch "
+                             f"({batch_size} rows)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayoutJob(LabConfig):
+    """A layout's run: the lab's GPT and batch (LabConfig: batch_size is the global batch), its degrees, and the
+    micro-batches of a pipeline. plant: a bug to plant (tests only)."""
+    n_head: int = 4
+    batch_size: int = 8
+    steps: int = 3
+    dp: int = 1
+    fsdp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    micro_batches: int = 2
+    lr: float = 0.1
+    optimizer: str = "sgd"
+    plant: str = ""
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_range("micro_batches", self.micro_batches, 1, 1024, int)
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if self.plant not in PLANTS:
+            raise ValueError(f"plant must be one of {PLANTS}, got {self.plant!r}")
+        self.dims.check(n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd, block_size=self.block_size,
+                        batch_size=self.batch_size, micro_batches=self.micro_batches)
+
+    @property
+    def dims(self) -> ParallelDims:
+        return ParallelDims(**{n: getattr(self, n) for n in DIMS})
+
+
+@dataclass
+class LayoutRun:
+    """What a rank saw. Rank 0 also holds the one-process run and the comparison; the others leave them empty."""
+    layout: str
+    losses: list[float]                 # the global batch's mean loss per step (every rank: the same)
+    reference: list[float] = field(default_factory=list)  # one process, the same steps
+    loss_rel: float = math.nan          # largest |Δloss| / loss over the steps
+    param_rel: float = math.nan         # largest max|Δw| / max|w| over the parameters after the last step
+    worst_param: str = ""               # the parameter where param_rel is reached
+    params: int = 0                     # parameters compared (all of the model's)
+    wire_bytes: float | None = None     # bytes each rank put on the wire per step (gloo on one machine; None: NCCL)
+
+
+@dataclass(frozen=True)
+class Layouts:
+    """Layouts of one number of ranks to train one after another in one launch (train_each)."""
+    jobs: tuple[LayoutJob, ...]
+
+    def __post_init__(self):
+        if not self.jobs:
+            raise ValueError("Layouts needs at least one LayoutJob")
+        worlds = {j.dims.world for j in self.jobs}
+        if len(worlds) > 1:
+            raise ValueError(f"one launch has one number of ranks; these layouts need {sorted(worlds)}")
+
+    @property
+    def world(self) -> int:
+        return self.jobs[0].dims.world
+
+
+@dataclass
+class LayoutRuns:
+    runs: list[LayoutRun]
+
+
+# --- the model cut for a layout -------------------------------------------------------------------------------
+
+
+class Stage(nn.Module):
+    """The blocks [first, last) of a GPT, with the embeddings if it starts the model and the final LayerNorm and
+    head if it ends it; its parameters keep the GPT's names (transformer.h.3.attn.c_attn.weight). pos: the
+    positions of the sequence this rank holds (all of them without context parallelism)."""
+
+    def __init__(self, gpt: GPT, index: int, n: int, pos: torch.Tensor):
+        super().__init__()
+        L = gpt.config.n_layer // n
+        self.is_first, self.is_last = index == 0, index == n - 1
+        parts = {"h": nn.ModuleDict({str(i): gpt.transformer.h[i] for i in range(index * L, (index + 1) * L)})}
+        if self.is_first:
+            parts.update(wte=gpt.transformer.wte, wpe=gpt.transformer.wpe)
+        if self.is_last:
+            parts.update(ln_f=gpt.transformer.ln_f)
+            self.lm_head = gpt.lm_head
+        self.transformer = nn.ModuleDict(parts)
+        self.register_buffer("pos", pos, persistent=False)
+
+    def forward(self, x):
+        if self.is_first:  # token ids (B, T) at positions pos -> residual stream (B, T, C)
+            x = self.transformer.wte(x) + self.transformer.wpe(self.pos)
+        for block in self.transformer.h.values():
+            x = block(x)
+        if self.is_last:
+            x = self.lm_head(self.transformer.ln_f(x))
+        return x
+
+
+class RingSelfAttention(nn.Module):
+    """A block's attention with its queries, keys and values at this rank's positions, attending the whole
+    sequence over the ring of cp ranks (labtools.parallel.context); the linears are the block's own (split by
+    tensor parallelism where it is on: then only this rank's heads)."""
+
+    def __init__(self, attn: nn.Module, pos: torch.Tensor, group):
+        super().__init__()
+        self.c_attn, self.c_proj, self.head_size = attn.c_attn, attn.c_proj, attn.head_size
+        self.register_buffer("pos", pos, persistent=False)
+        self.group = group
+
+    def forward(self, x):
+        B, T, _ = x.size()
+        qkv = self.c_attn(x)
+        nh = qkv.size(-1) // (3 * self.head_size)
+        q, k, v = qkv.view(B, T, nh, 3, self.head_size).permute(3, 0, 2, 1, 4).unbind(0)  # each (B, nh, T, hs)
+        y = ring_attention(q, k, v, self.pos, blocks=2, group=self.group)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, nh * self.head_size))
+
+
+def _tp_plan(gpt: GPT, plant: str) -> dict:
+    from torch.distributed.tensor import Partial
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    plan = {}
+    for i in range(gpt.config.n_layer):
+        for sub, up in (("attn", "c_attn"), ("mlp", "c_fc")):
+            plan[f"transformer.h.{i}.{sub}.{up}"] = ColwiseParallel()
+            # the planted bug: the row-parallel output left as partial sums, never all-reduced
+            plan[f"transformer.h.{i}.{sub}.c_proj"] = (RowwiseParallel(output_layouts=Partial())
+                                                       if plant == "no_tp_reduce" else RowwiseParallel())
+    return plan
+
+
+def _mesh(dims: ParallelDims):
+    from torch.distributed.device_mesh import init_device_mesh
+    return init_device_mesh(device().type, tuple(getattr(dims, n) for n in DIMS), mesh_dim_names=DIMS)
+
+
+def build_stage(job: LayoutJob, mesh) -> Stage:
+    """This rank's part of the GPT under the job's layout: tensor parallelism on the whole model, then the ring in
+    every attention, then the cut into its pipeline stage, then FSDP2 over the fsdp ranks."""
+    from torch.distributed.tensor.parallel import parallelize_module
+    dims = job.dims
+    gpt = build_gpt(job, tie_embeddings=False, bias=False)
+    if dims.tp > 1:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            parallelize_module(gpt, mesh["tp"], _tp_plan(gpt, job.plant))
+    cp_rank = mesh["cp"].get_local_rank()
+    pos = positions(job.block_size, dims.cp, cp_rank, SeqLayout.ZIGZAG).to(device())
+    if dims.cp > 1:
+        for block in gpt.transformer.h:
+            block.attn = RingSelfAttention(block.attn, pos, mesh["cp"].get_group())
+    stage = Stage(gpt, mesh["pp"].get_local_rank(), dims.pp, pos)
+    if dims.fsdp > 1:
+        from torch.distributed.fsdp import fully_shard
+        for block in stage.transformer.h.values():
+            fully_shard(block, mesh=mesh["fsdp"])
+        fully_shard(stage, mesh=mesh["fsdp"])
+    return stage
+
+
+def _replicas(job: LayoutJob, mesh):
+    """(process group, size) of the ranks that hold the same parameters and must average their gradients: dp and
+    cp (the planted bug: dp only). None when there are none."""
+    names = ("dp",) if job.plant == "no_cp_reduce" else ("dp", "cp")
+    names = tuple(n for n in names if getattr(job.dims, n) > 1)
+    if not names:
+        return None, 1
+    sub = mesh[names] if len(names) > 1 else mesh[names[0]]
+    if len(names) > 1:
+        sub = sub._flatten("_".join(names))
+    return sub.get_group(), sub.size()
+
+
+def _average_gradients(stage: nn.Module, group, size: int) -> None:
+    for p in stage.parameters():
+        if p.grad is None:
+            continue
+        local = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+        dist.all_reduce(local, group=group)
+        local.div_(size)
+
+
+def _rows_and_positions(job: LayoutJob, mesh, X: torch.Tensor, Y: torch.Tensor, pos: torch.Tensor):
+    d = mesh["dp"].get_local_rank() * job.fsdp + mesh["fsdp"].get_local_rank()
+    n = job.batch_size // job.dims.data
+    return X[d * n:(d + 1) * n][:, pos], Y[d * n:(d + 1) * n][:, pos]
+
+
+def _loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def _optimizer(params, job: LayoutJob) -> torch.optim.Optimizer:
+    # one tensor at a time: a model split by tensor parallelism alone mixes DTensors and plain tensors
+    if job.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=job.lr, betas=(0.9, 0.95), weight_decay=0.1, foreach=False)
+    return torch.optim.SGD(params, lr=job.lr, momentum=0.9, foreach=False)
+
+
+def train(job: LayoutJob) -> LayoutRun:
+    """job.steps optimizer steps of the lab's GPT under the job's layout on this launch's ranks; rank 0 then trains
+    the same model in one process on the same batches and compares the losses and every parameter."""
+    return _train(job, {})
+
+
+def train_each(job: Layouts) -> LayoutRuns:
+    """Several layouts of the same number of ranks, one after another in one launch (each on its own mesh): the
+    processes start once. One process's run is made once per distinct model, batch and optimizer."""
+    references: dict = {}
+    return LayoutRuns([_train(j, references) for j in job.jobs])
+
+
+def _train(job: LayoutJob, references: dict) -> LayoutRun:
+    from labtools.parallel.comm import WireBytes
+    dims = job.dims
+    dims.check(n_layer=job.n_layer, n_head=job.n_head, n_embd=job.n_embd, block_size=job.block_size,
+               batch_size=job.batch_size, micro_batches=job.micro_batches, world=dist.get_world_size())
+    mesh = _mesh(dims)
+    stage = build_stage(job, mesh)
+    opt = _optimizer(stage.parameters(), job)
+    group, replicas = _replicas(job, mesh)
+    schedule = None
+    if dims.pp > 1:
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+        pipe = PipelineStage(stage, mesh["pp"].get_local_rank(), dims.pp, device(), group=mesh["pp"].get_group())
+        schedule = Schedule1F1B(pipe, n_microbatches=job.micro_batches, loss_fn=_loss)
+    counted = stage.is_last and mesh["tp"].get_local_rank() == 0  # one loss per data and context shard
+    g = torch.Generator().manual_seed(job.seed + 1)
+    losses, wire = [], 0
+    for step in range(job.steps):
+        X, Y = global_batch(job, g, job.batch_size)
+        Xr, Yr = _rows_and_positions(job, mesh, X, Y, stage.pos)
+        with WireBytes() as sent:
+            if schedule is None:
+                loss = _loss(stage(Xr), Yr)
+                loss.backward()
+                local = loss.item()
+            else:
+                parts: list[torch.Tensor] = []
+                schedule.step(*((Xr,) if stage.is_first else ()),
+                              **(dict(target=Yr, losses=parts) if stage.is_last else {}))
+                local = torch.stack(parts).mean().item() if stage.is_last else 0.0
+            if group is not None:
+                _average_gradients(stage, group, replicas)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        wire = None if sent.bytes is None or wire is None else wire + sent.bytes
+        total = torch.tensor([local if counted else 0.0, float(counted)], dtype=torch.float64)
+        dist.all_reduce(total)
+        losses.append((total[0] / total[1]).item())
+        report_progress(step + 1, job.steps, str(dims))
+    whole = _gather_parameters(stage)
+    per_rank = None if wire is None else wire / job.steps / dist.get_world_size()
+    if dist.get_rank() != 0:
+        return LayoutRun(layout=str(dims), losses=losses, wire_bytes=per_rank)
+    key = replace(job, **{n: 1 for n in DIMS}, plant="", micro_batches=1)
+    if key not in references:
+        references[key] = single_process(job)
+    return _compare(job, losses, whole, references[key], per_rank)
+
+
+def _gather_parameters(stage: nn.Module) -> dict[str, torch.Tensor] | None:
+    """Every parameter of the model, whole, on rank 0 (None elsewhere): each stage's gathered over its shards, then
+    sent to rank 0 by the ranks at the origin of the other dimensions."""
+    mine = {n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().cpu() for n, p in
+            stage.named_parameters()}
+    parts = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(mine, parts, dst=0)
+    if parts is None:
+        return None
+    whole = {}
+    for part in parts:
+        whole.update(part)
+    return whole
+
+
+def single_process(job: LayoutJob) -> tuple[list[float], dict[str, torch.Tensor]]:
+    """The same GPT and batches in one process: job.steps AdamW steps on the whole batch."""
+    gpt = build_gpt(job, tie_embeddings=False, bias=False)
+    opt = _optimizer(gpt.parameters(), job)
+    g = torch.Generator().manual_seed(job.seed + 1)
+    losses = []
+    for _ in range(job.steps):
+        X, Y = global_batch(job, g, job.batch_size)
+        _, loss = gpt(X, Y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return losses, {n: p.detach().cpu() for n, p in gpt.named_parameters()}
+
+
+def _compare(job: LayoutJob, losses: list[float], whole: dict[str, torch.Tensor], reference,
+             wire_bytes: float | None) -> LayoutRun:
+    ref_losses, ref = reference
+    if set(whole) != set(ref):
+        raise RuntimeError(f"the layout's parameters differ from the model's: {sorted(set(whole) ^ set(ref))}")
+    rel = {n: ((whole[n] - ref[n]).abs().max() / ref[n].abs().max().clamp_min(1e-12)).item() for n in ref}
+    worst = max(rel, key=rel.get)
+    return LayoutRun(layout=str(job.dims), losses=losses, reference=ref_losses,
+                     loss_rel=max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses)),
+                     param_rel=rel[worst], worst_param=worst, params=sum(p.numel() for p in ref.values()),
+                     wire_bytes=wire_bytes)

@@ -1,0 +1,90 @@
+"""One model, every layout (labtools.parallel.nd): the lab's GPT trained on real gloo ranks under each single
+parallelism, the 2-D combinations and two 3-D layouts on 8 ranks, each held to one process's run of the same steps:
+the loss at every step and every parameter afterwards within 1e-5 (relative). Two planted bugs, a context-parallel
+run that forgets to average its gradients over cp and a tensor-parallel layer whose partial sums are never
+all-reduced, fail on their own rows while the layouts beside them in the same launch pass. Layouts that do not divide
+the model, the batch or the ranks are refused before anything starts, naming the degree. One launch per number of
+ranks (2, 4, 8): the layouts of a launch train one after another on the same processes."""
+
+import pytest
+
+from labtools.parallel import launch
+from labtools.parallel.nd import LayoutJob, Layouts, ParallelDims, train, train_each
+
+pytestmark = pytest.mark.ranks
+
+TOL = 1e-5  # relative; measured here 1e-7 to 2e-7 (fp32 rounding of a different reduction order)
+MODEL = dict(n_layer=2, n_embd=64, n_head=4, block_size=32, batch_size=8, steps=3)
+
+SINGLE = [dict(dp=2), dict(fsdp=2), dict(tp=2), dict(pp=2), dict(cp=2)]
+PLANTED = [dict(cp=2, plant="no_cp_reduce"), dict(tp=2, plant="no_tp_reduce")]
+TWO_D = [dict(dp=2, tp=2), dict(dp=2, pp=2), dict(tp=2, pp=2), dict(fsdp=2, tp=2), dict(tp=2, cp=2),
+         dict(dp=2, cp=2), dict(fsdp=2, pp=2)]
+THREE_D = [dict(dp=2, tp=2, pp=2), dict(fsdp=2, tp=2, cp=2)]
+LAUNCHES = {2: SINGLE + PLANTED, 4: TWO_D, 8: THREE_D}
+
+
+def name(layout: dict) -> str:
+    dims = {k: v for k, v in layout.items() if k != "plant"}
+    return str(ParallelDims(**dims)) + (f", {layout['plant']}" if "plant" in layout else "")
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """Each layout's LayoutRun (rank 0's: it holds the comparison), from one launch per number of ranks."""
+    out = {}
+    for world, layouts in LAUNCHES.items():
+        job = Layouts(tuple(LayoutJob(**MODEL, **layout) for layout in layouts))
+        ranks = launch(train_each, world, job, show_progress=False, timeout_s=300)
+        out.update(zip(map(name, layouts), ranks[0].runs))
+    return out
+
+
+@pytest.mark.parametrize("layout", SINGLE + TWO_D + THREE_D, ids=name)
+def test_every_layout_trains_as_one_process_does(runs, layout):
+    r = runs[name(layout)]
+    assert r.layout == str(ParallelDims(**layout))
+    assert len(r.losses) == len(r.reference) == MODEL["steps"]
+    assert r.loss_rel <= TOL, f"{r.layout}: losses {r.losses} vs one process {r.reference}"
+    assert r.param_rel <= TOL, f"{r.layout}: {r.worst_param} differs by {r.param_rel:.1e} (relative)"
+    assert r.params > 100_000  # every parameter of the model compared, not a few
+    assert r.wire_bytes > 0    # gloo ranks on one machine: what each put on the loopback interface
+
+
+@pytest.mark.parametrize("layout, where", [(PLANTED[0], "transformer."), (PLANTED[1], "transformer.h.")],
+                         ids=["no_cp_reduce", "no_tp_reduce"])
+def test_a_planted_bug_fails_on_its_own_row(runs, layout, where):
+    r = runs[name(layout)]
+    assert r.loss_rel > 1e-3 or r.param_rel > 1e-2, f"{name(layout)} went unnoticed: {r}"
+    assert r.param_rel > 100 * TOL and r.worst_param.startswith(where)
+
+
+def test_one_layout_in_its_own_launch_is_the_same_as_in_a_shared_one(runs):
+    """train (one layout per launch) and train_each (several) give the same row: a layout's run does not depend on
+    what ran before it on the same processes."""
+    alone = launch(train, 2, LayoutJob(**MODEL, cp=2), show_progress=False, timeout_s=120)[0]
+    shared = runs[name(dict(cp=2))]
+    assert alone.losses == shared.losses and alone.param_rel == shared.param_rel
+
+
+@pytest.mark.parametrize("layout, words", [
+    (dict(tp=3), "tp = 3 must divide the heads (4)"),
+    (dict(pp=3), "pp = 3 must divide the layers (2)"),
+    (dict(cp=3), "cp = 3: the sequence (32 positions) must split into 2·cp = 6"),
+    (dict(dp=3), "dp · fsdp = 3 ranks × 1 micro-batches must divide the batch (8 rows)"),
+    (dict(dp=2, pp=2, micro_batches=8), "dp · fsdp = 2 ranks × 8 micro-batches"),
+    (dict(tp=0), "tp"),
+    (dict(plant="no_dp_reduce"), "plant must be one of"),
+    (dict(optimizer="adam"), "optimizer must be one of"),
+])
+def test_a_layout_that_does_not_divide_is_refused_naming_its_degree(layout, words):
+    with pytest.raises(ValueError) as e:
+        LayoutJob(**MODEL, **layout)
+    assert words in str(e.value)
+
+
+def test_degrees_that_do_not_multiply_to_the_ranks_are_refused():
+    with pytest.raises(ValueError, match=r"multiply to 4 ranks \(dp 2 × tp 2\), not the 8 launched"):
+        ParallelDims(dp=2, tp=2).check(n_layer=2, n_head=4, n_embd=64, block_size=32, batch_size=8, world=8)
+    with pytest.raises(ValueError, match=r"one launch has one number of ranks; these layouts need \[2, 4\]"):
+        Layouts((LayoutJob(**MODEL, dp=2), LayoutJob(**MODEL, dp=2, tp=2)))
