@@ -164,7 +164,7 @@ def peak_bytes(step: Callable[[], None], model: nn.Module, optimizer: torch.opti
 
 
 ANATOMY = ("params", "grads", "optimizer", "activations", "temp")
-ANATOMY_LABELS = {"params": "parameters", "grads": "gradients", "optimizer": "optimizer state (m, v)",
+ANATOMY_LABELS = {"params": "parameters", "grads": "gradients", "optimizer": "optimizer state (Adam's two moments)",
                   "activations": "activations kept for backward", "temp": "temporaries"}
 MOMENTS = ("start", "after forward", "after backward", "after optimizer step", "after zero_grad", "peak")
 

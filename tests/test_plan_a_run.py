@@ -289,26 +289,36 @@ def test_the_sharded_step_trains_as_adamw_on_the_whole_batch_in_one_process(sess
     assert max(r.max_diff for r in res) < 1e-5
 
 
-def test_every_layout_claim_fails_on_a_row_that_left_one_process_and_the_text_says_which():
-    """Section 6's claim and answer from its rows: all within 1e-5 passes; one row whose weights parted (a
-    planted bug's size) fails the claim and turns the answer to 'No', naming where to look."""
-    from labtools.parallel.nd import LayoutRun
+def test_every_layout_claims_fail_on_a_row_that_left_one_process_or_a_prediction_missing_a_part():
+    """Section 6's claims and answer from its rows: all within 1e-5 and bytes as planned pass; one row whose
+    weights parted (a planted bug's size) fails the first and turns the answer to 'No'; bytes measured against a
+    planner that leaves out tensor parallelism's all-reduces fail the second."""
+    from labtools.parallel.nd import LayoutRun, predicted_bytes
+    from lessons import plan_a_run
     from lessons.plan_a_run import every_layout
+    S = plan_a_run.settings("smoke")
 
-    def row(layout, loss_rel, param_rel, wire):
+    def row(layout, loss_rel, param_rel, ratio=1.05):
         return LayoutRun(layout=layout, losses=[3.0, 2.9, 2.8], reference=[3.0, 2.9, 2.8], loss_rel=loss_rel,
                          param_rel=param_rel, worst_param="transformer.h.0.attn.c_attn.weight", params=123_456,
-                         wire_bytes=wire)
+                         wire_bytes=ratio * every_layout.predicted(S, layout))
 
-    good = [row("dp 2 × tp 2", 6e-8, 1.7e-7, 2e5), row("tp 2 × pp 2", 1e-7, 1.7e-7, 5e5)]
+    def claim(ledger, key):
+        return next(c for c in ledger.claims if c.key == key)
+
+    good = [row("dp 2 × tp 2", 6e-8, 1.7e-7), row("tp 2 × pp 2", 1e-7, 1.7e-7, 1.14)]
     ledger = Ledger("16_plan_a_run")
-    text = str(every_layout.findings(ledger, good))
-    claim = next(c for c in ledger.claims if c.key == "every_layout_equal")
-    assert claim.passed and text.startswith("- Yes")
-    assert "sent 2× what `dp 2 × tp 2` sent" in text
-    bad = [*good, row("tp 2 × cp 2", 2e-3, 0.33, 4e5)]
+    text = str(every_layout.findings(ledger, S, good))
+    assert claim(ledger, "every_layout_equal").passed and claim(ledger, "bytes_as_planned").passed
+    assert text.startswith("- Yes") and "predicts it" in text
+    bad = [*good, row("tp 2 × cp 2", 2e-3, 0.33)]
     ledger = Ledger("16_plan_a_run")
-    text = str(every_layout.findings(ledger, bad))
-    claim = next(c for c in ledger.claims if c.key == "every_layout_equal")
-    assert not claim.passed and text.startswith("- No")
-    assert "Not every layout" in every_layout.table(bad).layout.title.text
+    text = str(every_layout.findings(ledger, S, bad))
+    assert not claim(ledger, "every_layout_equal").passed and text.startswith("- No")
+    assert "Not every layout" in every_layout.table(S, bad).layout.title.text
+    # a planner without tensor parallelism's all-reduces: dp 2 × tp 2 sends about twice what it would predict
+    parts = predicted_bytes(every_layout.job(S, dict(dp=2, tp=2)))
+    no_tp = sum(parts.values()) / (sum(parts.values()) - parts["tp"]) * 1.05
+    ledger = Ledger("16_plan_a_run")
+    text = str(every_layout.findings(ledger, S, [row("dp 2 × tp 2", 6e-8, 1.7e-7, no_tp), good[1]]))
+    assert not claim(ledger, "bytes_as_planned").passed and "missed `dp 2 × tp 2`" in text

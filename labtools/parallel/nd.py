@@ -395,3 +395,57 @@ def _compare(job: LayoutJob, losses: list[float], whole: dict[str, torch.Tensor]
                      loss_rel=max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses)),
                      param_rel=rel[worst], worst_param=worst, params=sum(p.numel() for p in ref.values()),
                      wire_bytes=wire_bytes)
+
+
+# --- what the planner's arithmetic says each rank sends ------------------------------------------------------------
+
+SPLIT_BY_TP = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+
+
+def predicted_bytes(job: LayoutJob) -> dict[str, float]:
+    """Bytes each rank sends per step, on average over the ranks, by what sends them, from ring collectives'
+    arithmetic (labtools.layout.collective_bytes): the gradients averaged over dp × cp, FSDP's all-gathers
+    (forward, and again in backward for the blocks it reshards) and its reduce-scatter of the gradients (on gloo
+    as many bytes as an all-reduce, as lesson 08 measured), tensor parallelism's four all-reduces per block and
+    micro-batch, the pipeline's activations and their gradients, and the ring's key/value blocks forward and back.
+    Headers and the few bytes of barriers, positions and the loss are left out."""
+    from labtools.config import gpt_config
+    from labtools.layout import collective_bytes
+    d, e = job.dims, 4  # fp32
+    cfg = gpt_config(job, tie_embeddings=False, bias=False)
+    with torch.device("meta"):
+        gpt = GPT(cfg)
+    L, h, hs = cfg.n_layer, cfg.n_embd, cfg.n_embd // cfg.n_head
+    rows = job.batch_size // d.data                       # rows each data-parallel rank trains per step
+    s = job.block_size // d.cp                            # positions each context-parallel rank holds
+    m = job.micro_batches if d.pp > 1 else 1
+
+    def local(name: str, p) -> float:                     # this rank's bytes of a parameter (fp32)
+        return p.numel() * e / (d.tp if name.endswith(SPLIT_BY_TP) else 1) / d.fsdp
+
+    def stage_of(name: str) -> int:
+        if name.startswith("transformer.h."):
+            return int(name.split(".")[2]) // (L // d.pp)
+        return 0 if name.startswith(("transformer.wte", "transformer.wpe")) else d.pp - 1
+
+    params = list(gpt.named_parameters())
+    per_stage = [sum(local(n, p) for n, p in params if stage_of(n) == k) for k in range(d.pp)]
+    blocks = [sum(local(n, p) for n, p in params if stage_of(n) == k and n.startswith("transformer.h."))
+              for k in range(d.pp)]
+    out = {"gradients": 0.0, "fsdp": 0.0, "tp": 0.0, "pp": 0.0, "cp": 0.0}
+    R = d.dp * d.cp
+    if R > 1:
+        out["gradients"] = sum(collective_bytes("all_reduce", g, R) for g in per_stage) / d.pp
+    if d.fsdp > 1:  # the root's parameters gathered once (FSDP2 keeps them to backward), each block's before its
+        f = d.fsdp     # forward and again before its backward, per micro-batch; gradients reduced once, gloo's
+        #                reduce-scatter sending as much as an all-reduce (lesson 08)
+        gathers = [(st - bl + 2 * m * bl) * f for st, bl in zip(per_stage, blocks)]
+        out["fsdp"] = sum(collective_bytes("all_gather", g, f) + collective_bytes("all_reduce", st * f, f)
+                          for g, st in zip(gathers, per_stage)) / d.pp
+    if d.tp > 1:
+        out["tp"] = 4 * (L // d.pp) * collective_bytes("all_reduce", rows * s * h * e, d.tp)
+    if d.pp > 1:  # each boundary: activations forward, their gradients back; a stage sends one way each
+        out["pp"] = 2 * (d.pp - 1) * rows * s * h * e / d.pp
+    if d.cp > 1:  # per block: c − 1 key/value blocks of this rank's heads forward, their gradients back
+        out["cp"] = (L // d.pp) * 2 * (d.cp - 1) * 2 * rows * s * (h // d.tp) * e
+    return out

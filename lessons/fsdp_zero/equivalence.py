@@ -18,7 +18,9 @@ def figure(eq: list[EquivalenceResult]) -> go.Figure:
     fig = go.Figure([go.Scatter(y=r0.ddp.losses, mode="lines", name="DDP", line=dict(width=4), opacity=0.4),
                      go.Scatter(y=r0.fsdp.losses, mode="lines+markers", name="FSDP2 (ZeRO-3)",
                                 line=dict(dash="dot"))])
-    return plots.style(fig, "Training loss: FSDP vs DDP on the same data", "step", "loss")
+    same = max(abs(a - b) for a, b in zip(r0.ddp.losses, r0.fsdp.losses)) <= 1e-4
+    return plots.style(fig, "On the same data, FSDP " + ("trains the losses DDP trains" if same else
+                                                          "and DDP part ways"), "step", "loss")
 
 
 def findings(ledger: Ledger, eq: list[EquivalenceResult]) -> Findings:

@@ -57,7 +57,9 @@ def figure(shard: dict[int, list[ShardingResult]]) -> go.Figure:
               "predicted, gloo (reduce-scatter = all-reduce)": [r.gloo for r in ratios.values()]}
     if all(r.wire is not None for r in ratios.values()):
         series["measured on the wire (gloo)"] = [r.wire for r in ratios.values()]
-    fig = plots.bars([s.label for s in STRATEGIES], series, title=f"Bytes per step, {w} ranks, ÷ DDP's", yaxis="× DDP")
+    most = max(ratios, key=lambda s: ratios[s].ring)
+    fig = plots.bars([s.label for s in STRATEGIES], series, yaxis="× DDP",
+                     title=f"Bytes per step on {w} ranks, as a multiple of DDP's: {most.label} sends the most")
     fig.update_traces(texttemplate="%{y:.2f}×")
     return fig
 

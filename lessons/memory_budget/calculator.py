@@ -68,7 +68,7 @@ def findings(ledger: Ledger) -> Findings:
     fits = next((z for z in range(4) if total[z] <= START["gpu_gb"]), None)
     return Findings([
         f"As the panel starts, the {START['preset']} model in mixed precision on {in_words(START['dp'])} GPUs needs "
-        f"**{total[0]:.0f} GB** per GPU without ZeRO"
+        f"**{total[0]:.0f} GB** per GPU without ZeRO, its activations included"
         + (f", more than an {START['gpu_gb']} GB GPU holds." if total[0] > START["gpu_gb"] else ", which fits."),
         (f"Sharding its states with ZeRO-{fits} brings that to **{total[fits]:.0f} GB**, which fits."
          if fits else "No ZeRO stage makes it fit on this many GPUs." if fits is None else ""),

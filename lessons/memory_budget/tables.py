@@ -21,7 +21,10 @@ HEADER = ("", "weights", "gradients", "fp32 master", "Adam's moments", "model st
 def table_7b() -> tuple[go.Figure, dict]:
     rows = {"fp32 + Adam": estimate(7_000_000_000, precision="fp32", optimizer="adam"),
             "bf16 mixed + AdamW": estimate(7_000_000_000, precision="bf16-mixed", optimizer="adamw")}
-    return plots.table(HEADER, [_row(k, v) for k, v in rows.items()], title="7B parameters, one GPU"), rows
+    same = round(rows["fp32 + Adam"].model_states / GB) == round(rows["bf16 mixed + AdamW"].model_states / GB)
+    title = ("7B parameters, one GPU: mixed precision keeps as much model state as fp32" if same else
+             "7B parameters, one GPU: the two recipes' model states")
+    return plots.table(HEADER, [_row(k, v) for k, v in rows.items()], title=title), rows
 
 
 def table_7b_findings(ledger: Ledger, rows: dict) -> Findings:
@@ -39,7 +42,10 @@ def table_7b_findings(ledger: Ledger, rows: dict) -> Findings:
 def table_70b() -> tuple[go.Figure, dict]:
     rows = {"DDP on 8 GPUs": estimate(70_000_000_000, dp=8),
             "FSDP, fully sharded, on 8 GPUs": estimate(70_000_000_000, zero_stage="FULL_SHARD", dp=8)}
-    return plots.table(HEADER, [_row(k, v) for k, v in rows.items()], title="70B, bf16 mixed + AdamW, per GPU"), rows
+    sharded = rows["FSDP, fully sharded, on 8 GPUs"].total / GB
+    title = (f"70B, bf16 mixed + AdamW, per GPU: even fully sharded, {sharded:.0f} GB is "
+             f"{'more' if sharded > 80 else 'less'} than an 80 GB GPU holds")
+    return plots.table(HEADER, [_row(k, v) for k, v in rows.items()], title=title), rows
 
 
 def table_70b_findings(ledger: Ledger, rows: dict) -> Findings:
@@ -61,7 +67,7 @@ def table_zero(n_params: int = 7_500_000_000, dp: int = 64) -> tuple[go.Figure, 
     body = [(k, f"{v.total / GB:.1f}", f"{base / v.total:.1f}×", f"{limit}") for (k, v), limit in
             zip(rows.items(), ("1×", "4× (N → ∞)", "8× (N → ∞)", f"N = {dp}×"))]
     fig = plots.table(("", f"per GPU (GB), N = {dp}", "reduction", "the '4× / 8× / N×' rule"), body,
-                      title=f"ZeRO stages, P = {n_params / 1e9:g}B, mixed-precision Adam")
+                      title=f"ZeRO stages, P = {n_params / 1e9:g}B on {dp} GPUs: only stage 3 divides by N")
     return fig, rows
 
 

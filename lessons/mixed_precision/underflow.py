@@ -57,7 +57,7 @@ def figure(g: np.ndarray, log2_scale: float) -> go.Figure:
 def panel(g: np.ndarray) -> Panel:
     return Panel(lambda log2_scale: figure(g, log2_scale),
                  {"log2_scale": slider(0, 0, 32, 1, description="log₂ S")}, debounce_ms=0,
-                 title="Multiply the gradients by S before storing them in fp16")
+                 title="Multiply the gradients by κ before storing them in fp16")
 
 
 def findings(ledger: Ledger, grads: np.ndarray) -> Findings:
