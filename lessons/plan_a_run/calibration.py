@@ -166,8 +166,9 @@ def findings(ledger: Ledger, S: Settings, r: Calibration, p: Prediction) -> Find
               and zero2.compute.median < ddp.compute.median else "")
     c = p.costs
     slow_scatter = c[Collective.REDUCE_SCATTER].bandwidth < 0.75 * c[Collective.ALL_GATHER].bandwidth
-    sharding = ("Sharding the optimizer state cost more time than DDP here: this backend's reduce-scatter moves its "
-                "bytes slower than its all-gather." if zero2.step.median > ddp.step.median and slow_scatter else "")
+    sharding = ("Sharding the optimizer state cost more time than DDP (lesson 07) here: this backend's "
+                "reduce-scatter moves its bytes slower than its all-gather."
+                if zero2.step.median > ddp.step.median and slow_scatter else "")
     held = all(abs(e.error) <= TOLERANCE for e in err.values())
     refuted = max(abs(e.compute_only) for e in err.values()) >= TOLERANCE
     if held and refuted:
