@@ -1,5 +1,6 @@
 """One model, every layout (labtools.parallel.nd): the lab's GPT trained on real gloo ranks under each single
-parallelism, the 2-D combinations and two 3-D layouts on 8 ranks, each held to one process's run of the same steps:
+parallelism (expert parallelism on a mixture-of-experts version of the GPT), the 2-D combinations and two 3-D
+layouts on 8 ranks, each held to one process's run of the same steps:
 the loss at every step and every parameter afterwards within 1e-5 (relative). Two planted bugs, a context-parallel
 run that forgets to average its gradients over cp and a tensor-parallel layer whose partial sums are never
 all-reduced, fail on their own rows while the layouts beside them in the same launch pass. Layouts that do not divide
@@ -9,7 +10,7 @@ ranks (2, 4, 8): the layouts of a launch train one after another on the same pro
 import pytest
 
 from labtools.parallel import launch
-from labtools.parallel.nd import LayoutJob, Layouts, ParallelDims, predicted_bytes, train, train_each
+from labtools.parallel.nd import DIMS, LayoutJob, Layouts, ParallelDims, predicted_bytes, train, train_each
 
 pytestmark = pytest.mark.ranks
 
@@ -19,17 +20,22 @@ TOL = 1e-5  # relative; measured here 1e-7 to 2e-7 (fp32 rounding of a different
 WIRE_BAND = (0.9, 1.25)
 MODEL = dict(n_layer=2, n_embd=64, n_head=4, block_size=32, batch_size=8, steps=3)
 
-SINGLE = [dict(dp=2), dict(fsdp=2), dict(tp=2), dict(pp=2), dict(cp=2)]
+SINGLE = [dict(dp=2), dict(fsdp=2), dict(tp=2), dict(pp=2), dict(cp=2), dict(ep=2, n_experts=4),
+          dict(dp=2, n_experts=4)]
 PLANTED = [dict(cp=2, plant="no_cp_reduce"), dict(tp=2, plant="no_tp_reduce")]
 TWO_D = [dict(dp=2, tp=2), dict(dp=2, pp=2), dict(tp=2, pp=2), dict(fsdp=2, tp=2), dict(tp=2, cp=2),
-         dict(dp=2, cp=2), dict(fsdp=2, pp=2)]
+         dict(dp=2, cp=2), dict(fsdp=2, pp=2), dict(dp=2, ep=2, n_experts=4)]
 THREE_D = [dict(dp=2, tp=2, pp=2), dict(fsdp=2, tp=2, cp=2)]
 LAUNCHES = {2: SINGLE + PLANTED, 4: TWO_D, 8: THREE_D}
 
 
+def dims(layout: dict) -> ParallelDims:
+    return ParallelDims(**{k: v for k, v in layout.items() if k in DIMS})
+
+
 def name(layout: dict) -> str:
-    dims = {k: v for k, v in layout.items() if k != "plant"}
-    return str(ParallelDims(**dims)) + (f", {layout['plant']}" if "plant" in layout else "")
+    return (str(dims(layout)) + (f", {layout['n_experts']} experts" if "n_experts" in layout else "")
+            + (f", {layout['plant']}" if "plant" in layout else ""))
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +52,7 @@ def runs():
 @pytest.mark.parametrize("layout", SINGLE + TWO_D + THREE_D, ids=name)
 def test_every_layout_trains_as_one_process_does(runs, layout):
     r = runs[name(layout)]
-    assert r.layout == str(ParallelDims(**layout))
+    assert r.layout == str(dims(layout))
     assert len(r.losses) == len(r.reference) == MODEL["steps"]
     assert r.loss_rel <= TOL, f"{r.layout}: losses {r.losses} vs one process {r.reference}"
     assert r.param_rel <= TOL, f"{r.layout}: {r.worst_param} differs by {r.param_rel:.1e} (relative)"
@@ -58,7 +64,8 @@ def test_every_layout_trains_as_one_process_does(runs, layout):
 def test_the_bytes_check_fails_for_a_planner_that_forgets_a_part(runs):
     """Each part of the arithmetic matters: leaving out tensor parallelism's all-reduces, the ring's blocks or
     FSDP's gathers puts the measured bytes outside the band."""
-    for layout, part in ((dict(dp=2, tp=2), "tp"), (dict(tp=2, cp=2), "cp"), (dict(fsdp=2, tp=2), "fsdp")):
+    for layout, part in ((dict(dp=2, tp=2), "tp"), (dict(tp=2, cp=2), "cp"), (dict(fsdp=2, tp=2), "fsdp"),
+                         (dict(dp=2, ep=2, n_experts=4), "ep")):
         parts = predicted_bytes(LayoutJob(**MODEL, **layout))
         without = sum(parts.values()) - parts[part]
         assert runs[name(layout)].wire_bytes / without > WIRE_BAND[1], (layout, part)
@@ -84,11 +91,13 @@ def test_one_layout_in_its_own_launch_is_the_same_as_in_a_shared_one(runs):
     (dict(tp=3), "tp = 3 must divide the heads (4)"),
     (dict(pp=3), "pp = 3 must divide the layers (2)"),
     (dict(cp=3), "cp = 3: the sequence (32 positions) must split into 2·cp = 6"),
-    (dict(dp=3), "dp · fsdp = 3 ranks × 1 micro-batches must divide the batch (8 rows)"),
-    (dict(dp=2, pp=2, micro_batches=8), "dp · fsdp = 2 ranks × 8 micro-batches"),
+    (dict(dp=3), "dp · fsdp · ep = 3 ranks × 1 micro-batches must divide the batch (8 rows)"),
+    (dict(dp=2, pp=2, micro_batches=8), "dp · fsdp · ep = 2 ranks × 8 micro-batches"),
     (dict(tp=0), "tp"),
     (dict(plant="no_dp_reduce"), "plant must be one of"),
     (dict(optimizer="adam"), "optimizer must be one of"),
+    (dict(ep=2, n_experts=3), "ep = 2 must divide the experts (3)"),
+    (dict(ep=2, tp=2, n_experts=4), "ep = 2 combines with dp only here, not with tp"),
 ])
 def test_a_layout_that_does_not_divide_is_refused_naming_its_degree(layout, words):
     with pytest.raises(ValueError) as e:

@@ -17,7 +17,8 @@ Inside a rank:
     mesh.py        a device mesh for dp × tp (× pp) over the ranks of a launch
     pipeline.py    the lab GPT in pipeline stages: GPipe and 1F1B written out, PyTorch's schedules, timed
     tensor.py      tensor and sequence parallelism: Megatron's split written out, then with DTensor
-    nd.py          one GPT on a mesh of dp × fsdp × tp × pp × cp ranks, held to one process's run
+    experts.py     expert parallelism: a mixture of experts' tokens to their experts' ranks and back
+    nd.py          one GPT on a mesh of dp × fsdp × tp × pp × cp (or dp × ep) ranks, held to one process's run
     checks.py      small rank functions that check a machine and the launcher
 
 The names below are imported on first use, so `python -m labtools.parallel.supervise` starts without torch.

@@ -1,5 +1,5 @@
-"""One model, every layout: the lab's GPT trained on a mesh of dp × fsdp × tp × pp × cp ranks, and held to one
-process's run.
+"""One model, every layout: the lab's GPT trained on a mesh of dp × fsdp × tp × pp × cp ranks (or dp × ep, with a
+mixture of experts in every block), and held to one process's run.
 
     dims = ParallelDims(dp=2, tp=2)                          # validated once: dims.check(n_layer=..., ...)
     job = LayoutJob(dp=2, tp=2, steps=3)                     # the lab's GPT, the batch, the steps and the layout
@@ -12,6 +12,8 @@ tensor-parallel group stays inside a node's fast links, pp outermost):
     tp    tensor parallelism with DTensor: column/row-parallel linears in every block (lesson 10)
     pp    pipeline parallelism: the blocks cut into pp stages, run by torch's 1F1B schedule (lesson 09)
     cp    context parallelism: the sequence split zig-zag, attention over the lab's ring (lesson 14)
+    ep    expert parallelism: each block's experts split, tokens sent to them and back by all-to-all (lesson 15);
+          with dp only, here
 The data-parallel ranks (dp × fsdp) take equal rows of the global batch; the cp ranks of a row take its positions;
 tp and pp ranks see the same rows. The gradients of parameters replicated over dp and cp are averaged over both
 (forgetting cp is a classic bug: each cp rank's gradient covers only its own positions); FSDP averages over fsdp.
@@ -40,7 +42,7 @@ from labtools.validate import check_range
 # DTensor's input hooks warn that a backward hook fires for outputs whose inputs need no gradient (token ids)
 warnings.filterwarnings("ignore", message="Full backward hook is firing")
 
-DIMS = ("pp", "dp", "fsdp", "cp", "tp")  # the mesh's dimensions, outermost first
+DIMS = ("pp", "dp", "fsdp", "ep", "cp", "tp")  # the mesh's dimensions, outermost first
 PLANTS = ("", "no_cp_reduce", "no_tp_reduce")
 # SGD with momentum by default: its update is linear in the gradient, so a layout's rounding stays rounding-sized in
 # the weights. Adam divides each gradient by its own running size: where a weight's gradient nearly cancels over the
@@ -56,6 +58,7 @@ class ParallelDims:
     tp: int = 1    # tensor parallel
     pp: int = 1    # pipeline stages
     cp: int = 1    # context parallel
+    ep: int = 1    # expert parallel: a mixture of experts' experts split over ep ranks, which take their own rows
 
     def __post_init__(self):
         for name in DIMS:
@@ -67,16 +70,22 @@ class ParallelDims:
 
     @property
     def data(self) -> int:
-        """Data-parallel ranks: each takes its own rows of the batch."""
-        return self.dp * self.fsdp
+        """Ranks that take their own rows of the batch: data parallel (whole or sharded) and expert parallel."""
+        return self.dp * self.fsdp * self.ep
 
     def __str__(self) -> str:
-        used = [f"{n} {getattr(self, n)}" for n in ("dp", "fsdp", "tp", "pp", "cp") if getattr(self, n) > 1]
+        used = [f"{n} {getattr(self, n)}" for n in ("dp", "fsdp", "tp", "pp", "cp", "ep") if getattr(self, n) > 1]
         return " × ".join(used) or "one process"
 
     def check(self, *, n_layer: int, n_head: int, n_embd: int, block_size: int, batch_size: int,
-              micro_batches: int = 1, world: int | None = None) -> None:
+              micro_batches: int = 1, world: int | None = None, n_experts: int = 0) -> None:
         """ValueError naming the degree that does not divide what it splits."""
+        if self.ep > 1:
+            if n_experts % self.ep or n_experts < self.ep:
+                raise ValueError(f"ep = {self.ep} must divide the experts ({n_experts}): each rank holds whole ones")
+            others = [n for n in ("fsdp", "tp", "pp", "cp") if getattr(self, n) > 1]
+            if others:
+                raise ValueError(f"ep = {self.ep} combines with dp only here, not with {', '.join(others)}")
         if world is not None and self.world != world:
             raise ValueError(f"the degrees multiply to {self.world} ranks ({self}), not the {world} launched")
         if n_head % self.tp or n_embd % self.tp:
@@ -88,7 +97,7 @@ class ParallelDims:
                              f"{2 * self.cp} equal blocks (zig-zag)")
         m = micro_batches if self.pp > 1 else 1
         if batch_size % (self.data * m):
-            raise ValueError(f"dp · fsdp = {self.data} ranks × {m} micro-batches must divide the batch "
+            raise ValueError(f"dp · fsdp · ep = {self.data} ranks × {m} micro-batches must divide the batch "
                              f"({batch_size} rows)")
 
 
@@ -104,6 +113,9 @@ class LayoutJob(LabConfig):
     tp: int = 1
     pp: int = 1
     cp: int = 1
+    ep: int = 1
+    n_experts: int = 0   # a mixture of experts in every block (lesson 15) when > 0; 0: the dense GPT
+    top_k: int = 2
     micro_batches: int = 2
     lr: float = 0.1
     optimizer: str = "sgd"
@@ -116,8 +128,11 @@ class LayoutJob(LabConfig):
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         if self.plant not in PLANTS:
             raise ValueError(f"plant must be one of {PLANTS}, got {self.plant!r}")
+        check_range("n_experts", self.n_experts, 0, 256, int)
+        if self.n_experts:
+            check_range("top_k", self.top_k, 1, self.n_experts, int)
         self.dims.check(n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd, block_size=self.block_size,
-                        batch_size=self.batch_size, micro_batches=self.micro_batches)
+                        batch_size=self.batch_size, micro_batches=self.micro_batches, n_experts=self.n_experts)
 
     @property
     def dims(self) -> ParallelDims:
@@ -210,6 +225,40 @@ class RingSelfAttention(nn.Module):
         return self.c_proj(y.transpose(1, 2).reshape(B, T, nh * self.head_size))
 
 
+class ExpertParallelMLP(nn.Module):
+    """A block's mixture of experts with only this rank's experts kept, named as in the whole model
+    (mlp.experts.3.c_fc.weight, mlp.router.weight), tokens sent to the others' over the ep ranks
+    (labtools.parallel.experts)."""
+
+    def __init__(self, moe: nn.Module, group):
+        super().__init__()
+        n, r = dist.get_world_size(group), dist.get_rank(group)
+        local = moe.n_experts // n
+        self.n_experts, self.top_k, self.capacity_factor, self.route = (moe.n_experts, moe.top_k,
+                                                                        moe.capacity_factor, moe.route)
+        self.router, self.group, self.routing = moe.router, group, None
+        self.experts = nn.ModuleDict({str(e): moe.experts[e] for e in range(r * local, (r + 1) * local)})
+
+    def forward(self, x):
+        from labtools.parallel.experts import expert_parallel_forward
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1])
+        return expert_parallel_forward(flat, self, lambda e: self.experts[str(e)], self.group).reshape(shape)
+
+
+def build_gpt_for(job: LayoutJob) -> GPT:
+    """The job's GPT, the same wherever it is built: untied embeddings (a pipeline needs them), no biases, and with
+    n_experts a mixture of experts in every block whose capacity never drops a token (k·capacity_factor = E), so
+    that routing each rank's tokens apart keeps every assignment, as routing the whole batch at once does."""
+    if not job.n_experts:
+        return build_gpt(job, tie_embeddings=False, bias=False)
+    from labtools.config import gpt_config
+    from labtools.moe import moe_gpt
+    torch.manual_seed(job.seed)
+    cfg = gpt_config(job, tie_embeddings=False, bias=False)
+    return moe_gpt(cfg, job.n_experts, job.top_k, capacity_factor=job.n_experts / job.top_k).to(device())
+
+
 def _tp_plan(gpt: GPT, plant: str) -> dict:
     from torch.distributed.tensor import Partial
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
@@ -233,7 +282,10 @@ def build_stage(job: LayoutJob, mesh) -> Stage:
     every attention, then the cut into its pipeline stage, then FSDP2 over the fsdp ranks."""
     from torch.distributed.tensor.parallel import parallelize_module
     dims = job.dims
-    gpt = build_gpt(job, tie_embeddings=False, bias=False)
+    gpt = build_gpt_for(job)
+    if dims.ep > 1:
+        for block in gpt.transformer.h:
+            block.mlp = ExpertParallelMLP(block.mlp, mesh["ep"].get_group())
     if dims.tp > 1:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
@@ -252,11 +304,9 @@ def build_stage(job: LayoutJob, mesh) -> Stage:
     return stage
 
 
-def _replicas(job: LayoutJob, mesh):
-    """(process group, size) of the ranks that hold the same parameters and must average their gradients: dp and
-    cp (the planted bug: dp only). None when there are none."""
-    names = ("dp",) if job.plant == "no_cp_reduce" else ("dp", "cp")
-    names = tuple(n for n in names if getattr(job.dims, n) > 1)
+def _group(mesh, names: tuple[str, ...]):
+    """(process group, size) of the ranks along the mesh dimensions `names` of size > 1; (None, 1) if none."""
+    names = tuple(n for n in names if mesh[n].size() > 1)
     if not names:
         return None, 1
     sub = mesh[names] if len(names) > 1 else mesh[names[0]]
@@ -265,17 +315,25 @@ def _replicas(job: LayoutJob, mesh):
     return sub.get_group(), sub.size()
 
 
-def _average_gradients(stage: nn.Module, group, size: int) -> None:
-    for p in stage.parameters():
-        if p.grad is None:
-            continue
+def _average_gradients(stage: nn.Module, job: LayoutJob, mesh) -> None:
+    """Average the gradients of parameters held alike by several ranks: over dp, ep and cp for the dense ones
+    (the planted bug leaves cp out), over dp and cp for an expert, whose gradient already sums every ep rank's
+    tokens (it came back through the all-to-all) and so is divided by ep as well."""
+    dense = ("dp", "ep") if job.plant == "no_cp_reduce" else ("dp", "ep", "cp")
+    groups = {False: _group(mesh, dense), True: _group(mesh, ("dp", "cp"))}
+    for name, p in stage.named_parameters():
+        if p.grad is None:  # an expert none of this rank's tokens chose: its peers' gradients still arrive
+            p.grad = torch.zeros_like(p)
+        expert = ".experts." in name
+        group, size = groups[expert]
         local = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
-        dist.all_reduce(local, group=group)
-        local.div_(size)
+        if group is not None:
+            dist.all_reduce(local, group=group)
+        local.div_(size * (job.ep if expert else 1))
 
 
 def _rows_and_positions(job: LayoutJob, mesh, X: torch.Tensor, Y: torch.Tensor, pos: torch.Tensor):
-    d = mesh["dp"].get_local_rank() * job.fsdp + mesh["fsdp"].get_local_rank()
+    d = (mesh["dp"].get_local_rank() * job.fsdp + mesh["fsdp"].get_local_rank()) * job.ep + mesh["ep"].get_local_rank()
     n = job.batch_size // job.dims.data
     return X[d * n:(d + 1) * n][:, pos], Y[d * n:(d + 1) * n][:, pos]
 
@@ -308,11 +366,11 @@ def _train(job: LayoutJob, references: dict) -> LayoutRun:
     from labtools.parallel.comm import WireBytes
     dims = job.dims
     dims.check(n_layer=job.n_layer, n_head=job.n_head, n_embd=job.n_embd, block_size=job.block_size,
-               batch_size=job.batch_size, micro_batches=job.micro_batches, world=dist.get_world_size())
+               batch_size=job.batch_size, micro_batches=job.micro_batches, world=dist.get_world_size(),
+               n_experts=job.n_experts)
     mesh = _mesh(dims)
     stage = build_stage(job, mesh)
     opt = _optimizer(stage.parameters(), job)
-    group, replicas = _replicas(job, mesh)
     schedule = None
     if dims.pp > 1:
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B
@@ -334,8 +392,7 @@ def _train(job: LayoutJob, references: dict) -> LayoutRun:
                 schedule.step(*((Xr,) if stage.is_first else ()),
                               **(dict(target=Yr, losses=parts) if stage.is_last else {}))
                 local = torch.stack(parts).mean().item() if stage.is_last else 0.0
-            if group is not None:
-                _average_gradients(stage, group, replicas)
+            _average_gradients(stage, job, mesh)
             opt.step()
             opt.zero_grad(set_to_none=True)
         wire = None if sent.bytes is None or wire is None else wire + sent.bytes
@@ -370,7 +427,7 @@ def _gather_parameters(stage: nn.Module) -> dict[str, torch.Tensor] | None:
 
 def single_process(job: LayoutJob) -> tuple[list[float], dict[str, torch.Tensor]]:
     """The same GPT and batches in one process: job.steps AdamW steps on the whole batch."""
-    gpt = build_gpt(job, tie_embeddings=False, bias=False)
+    gpt = build_gpt_for(job)
     opt = _optimizer(gpt.parameters(), job)
     g = torch.Generator().manual_seed(job.seed + 1)
     losses = []
@@ -414,14 +471,19 @@ def predicted_bytes(job: LayoutJob) -> dict[str, float]:
     d, e = job.dims, 4  # fp32
     cfg = gpt_config(job, tie_embeddings=False, bias=False)
     with torch.device("meta"):
-        gpt = GPT(cfg)
+        if job.n_experts:
+            from labtools.moe import moe_gpt
+            gpt = moe_gpt(cfg, job.n_experts, job.top_k, capacity_factor=job.n_experts / job.top_k)
+        else:
+            gpt = GPT(cfg)
     L, h, hs = cfg.n_layer, cfg.n_embd, cfg.n_embd // cfg.n_head
     rows = job.batch_size // d.data                       # rows each data-parallel rank trains per step
     s = job.block_size // d.cp                            # positions each context-parallel rank holds
     m = job.micro_batches if d.pp > 1 else 1
 
     def local(name: str, p) -> float:                     # this rank's bytes of a parameter (fp32)
-        return p.numel() * e / (d.tp if name.endswith(SPLIT_BY_TP) else 1) / d.fsdp
+        split = d.ep if ".experts." in name else d.tp if name.endswith(SPLIT_BY_TP) else 1
+        return p.numel() * e / split / d.fsdp
 
     def stage_of(name: str) -> int:
         if name.startswith("transformer.h."):
@@ -433,9 +495,11 @@ def predicted_bytes(job: LayoutJob) -> dict[str, float]:
     blocks = [sum(local(n, p) for n, p in params if stage_of(n) == k and n.startswith("transformer.h."))
               for k in range(d.pp)]
     out = {"gradients": 0.0, "fsdp": 0.0, "tp": 0.0, "pp": 0.0, "cp": 0.0}
-    R = d.dp * d.cp
-    if R > 1:
-        out["gradients"] = sum(collective_bytes("all_reduce", g, R) for g in per_stage) / d.pp
+    for names, R in ((lambda n: ".experts." not in n, d.dp * d.ep * d.cp), (lambda n: ".experts." in n, d.dp * d.cp)):
+        if R > 1:  # the dense parameters are alike on dp · ep · cp ranks, an expert on dp · cp
+            out["gradients"] += sum(collective_bytes("all_reduce", sum(local(n, p) for n, p in params
+                                                                        if stage_of(n) == k and names(n)), R)
+                                    for k in range(d.pp)) / d.pp
     if d.fsdp > 1:  # the root's parameters gathered once (FSDP2 keeps them to backward), each block's before its
         f = d.fsdp     # forward and again before its backward, per micro-batch; gradients reduced once, gloo's
         #                reduce-scatter sending as much as an all-reduce (lesson 08)
@@ -448,4 +512,8 @@ def predicted_bytes(job: LayoutJob) -> dict[str, float]:
         out["pp"] = 2 * (d.pp - 1) * rows * s * h * e / d.pp
     if d.cp > 1:  # per block: c − 1 key/value blocks of this rank's heads forward, their gradients back
         out["cp"] = (L // d.pp) * 2 * (d.cp - 1) * 2 * rows * s * (h // d.tp) * e
+    out["ep"] = 0.0
+    if d.ep > 1:  # per block: each token's k assignments, (ep − 1)/ep of them to another rank under an even router,
+        #           there and back, forward and again backward
+        out["ep"] = L * 2 * 2 * rows * s * job.top_k * (d.ep - 1) / d.ep * h * e
     return out

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn.functional as dnn
 from torch.distributed.device_mesh import init_device_mesh
 
 from labtools.config import LabConfig
 from labtools.model import GPTConfig
-from labtools.moe import MoEMLP, capacity, dispatch, route
+from labtools.moe import MoEMLP, route
 from labtools.parallel.comm import WireBytes
+from labtools.parallel.experts import expert_parallel_forward
 from labtools.parallel.toolkit import device, rank, world_size
 
 
@@ -50,32 +50,9 @@ def tokens(job: ExpertJob, r: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def expert_forward(m: MoEMLP, x: torch.Tensor, counter: dict, group=None) -> torch.Tensor:
     """The MoE layer with its experts spread over the ranks of `group` (all ranks by default): its rank r holds
-    experts [r·E/N, (r+1)·E/N). Route here,
-    send each token to the rank of its expert (all-to-all), run the local experts, send the results back (all-to-all
-    again), combine with the gates. counter["forward"]: the bytes this rank handed the all-to-alls for other ranks
-    (its own rows stay in place)."""
-    N, r, E = dist.get_world_size(group), dist.get_rank(group), m.n_experts
-    local = E // N
-    routing = route(m.router(x), m.top_k, capacity(x.size(0), E, m.top_k, m.capacity_factor))
-    token, gate, counts = dispatch(routing)                      # kept assignments, grouped by expert
-    send = counts.view(N, local)                                 # per destination rank, per its local expert
-    recv = torch.empty_like(send)
-    dist.all_to_all_single(recv, send.contiguous(), group=group)  # how many tokens each rank sends me, per expert
-    send_rows, recv_rows = send.sum(1).tolist(), recv.sum(1).tolist()
-    x_send = x[token]
-    x_recv = dnn.all_to_all_single(x.new_empty(sum(recv_rows), x.size(1)), x_send, recv_rows, send_rows, group)
-    # x_recv holds, for each source rank in turn, its tokens for my experts, grouped by expert: run each group
-    pieces, start = [], 0
-    for src in range(N):
-        for e in range(local):
-            n = int(recv[src, e])
-            pieces.append(m.experts[r * local + e](x_recv[start:start + n]))
-            start += n
-    y_recv = torch.cat(pieces) if pieces else x_recv
-    y_send = dnn.all_to_all_single(x.new_empty(x_send.shape), y_recv, send_rows, recv_rows, group)
-    counter["forward"] = 2 * (x_send.numel() - send_rows[r] * x.size(1)) * x.element_size()  # there and back
-    counter["kept"] = int(token.numel())
-    return torch.zeros_like(x).index_add(0, token, y_send * gate[:, None])
+    experts [r·E/N, (r+1)·E/N); tokens travel to them and back with all-to-all (labtools.parallel.experts).
+    counter["forward"]: the bytes this rank handed the all-to-alls for other ranks (its own rows stay in place)."""
+    return expert_parallel_forward(x, m, lambda e: m.experts[e], group, counter)
 
 
 @dataclass(frozen=True)

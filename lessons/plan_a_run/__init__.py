@@ -9,7 +9,7 @@ The settings of notebooks/16_plan_a_run.ipynb. One module per section:
     predicted.py        Llama 3's, MT-NLG's and GPT-3's layouts predicted from one calibrated row; DeepSeek-V3
     calibration.py      this machine measured, the planner's prediction of a 2-rank run beside that run
     planner.py          a panel: plan your own run
-    every_layout.py     one model under seven layouts on four real ranks, each beside one process; a panel
+    every_layout.py     one model under eight layouts on four real ranks, each beside one process; a panel
     ranks.py            what runs inside the ranks (torch and core labtools only)
 """
 

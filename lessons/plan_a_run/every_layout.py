@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 from labtools import plots
 from labtools.claims import Findings, Ledger, at_most, between
 from labtools.parallel import launch
-from labtools.parallel.nd import LayoutJob, LayoutRun, Layouts, ParallelDims, predicted_bytes, train, train_each
+from labtools.parallel.nd import DIMS, LayoutJob, LayoutRun, Layouts, ParallelDims, predicted_bytes, train, train_each
 from labtools.runcache import RunCache
 from labtools.widgets import Panel
 from lessons.plan_a_run import Settings
@@ -16,7 +16,7 @@ from lessons.plan_a_run import Settings
 # The same small GPT at every profile: what is checked is exactness, which does not need size.
 MODEL = dict(n_layer=2, n_embd=64, n_head=4, block_size=32, batch_size=8, steps=3)
 FOUR_RANKS = (dict(dp=2, tp=2), dict(fsdp=2, tp=2), dict(tp=2, cp=2), dict(dp=2, cp=2), dict(dp=2, pp=2),
-              dict(fsdp=2, pp=2), dict(tp=2, pp=2))
+              dict(fsdp=2, pp=2), dict(tp=2, pp=2), dict(dp=2, ep=2, n_experts=4))  # ep: the GPT with 4 experts
 PANEL_ONLY = (dict(cp=2),)  # in the panel's list but not run by the section: choosing it launches two ranks
 TOL = 1e-5                  # relative, for the losses and for every weight
 # Bytes on the wire ÷ the planner's arithmetic: headers, barriers and the pipeline's first messages add to what the
@@ -26,7 +26,7 @@ TIMEOUT_S = 240
 
 
 def name(layout: dict) -> str:
-    return str(ParallelDims(**layout))
+    return str(ParallelDims(**{k: v for k, v in layout.items() if k in DIMS}))
 
 
 def job(S: Settings, layout: dict) -> LayoutJob:
@@ -40,7 +40,7 @@ def predicted(S: Settings, layout: str) -> float:
 
 
 def run(S: Settings) -> list[LayoutRun]:
-    """The seven 2-D layouts of four ranks, one after another in one launch; rank 0's rows (it holds the
+    """The eight 2-D layouts of four ranks, one after another in one launch; rank 0's rows (it holds the
     comparisons with one process)."""
     jobs = Layouts(tuple(job(S, layout) for layout in FOUR_RANKS))
     return launch(train_each, 4, jobs, desc=f"{len(FOUR_RANKS)} layouts on 4 ranks", timeout_s=TIMEOUT_S)[0].runs
@@ -59,8 +59,8 @@ def table(S: Settings, runs: list[LayoutRun]) -> go.Figure:
 
 def findings(ledger: Ledger, S: Settings, runs: list[LayoutRun]) -> Findings:
     worst = max(max(r.loss_rel, r.param_rel) for r in runs)
-    ledger.add("every_layout_equal", f"Each of {len(runs)} layouts of four ranks (data, sharded, tensor, pipeline and "
-               f"context parallelism two at a time) trains the losses and every weight of one process, after "
+    ledger.add("every_layout_equal", f"Each of {len(runs)} layouts of four ranks (data, sharded, tensor, pipeline, "
+               f"context and expert parallelism two at a time) trains the losses and every weight of one process, after "
                f"{len(runs[0].losses)} steps (largest relative difference over layouts, losses and weights)", worst,
                at_most(TOL), kind="measured")
     sent = {r.layout: r.wire_bytes / predicted(S, r.layout) for r in runs if r.wire_bytes is not None}
@@ -86,7 +86,7 @@ def findings(ledger: Ledger, S: Settings, runs: list[LayoutRun]) -> Findings:
 
 
 def panel(S: Settings, runs: list[LayoutRun]) -> tuple[Panel, RunCache]:
-    """A layout of your choice against one process: the section's seven are drawn from its run; any other launches
+    """A layout of your choice against one process: the section's eight are drawn from its run; any other launches
     (each once)."""
     def launch_one(layout: str) -> LayoutRun:
         chosen = next(lay for lay in (*FOUR_RANKS, *PANEL_ONLY) if name(lay) == layout)
