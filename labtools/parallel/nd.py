@@ -14,12 +14,13 @@ tensor-parallel group stays inside a node's fast links, pp outermost):
     cp    context parallelism: the sequence split zig-zag, attention over the lab's ring (lesson 14)
     ep    expert parallelism: each block's experts split, tokens sent to them and back by all-to-all (lesson 15);
           with dp only, here
-The data-parallel ranks (dp × fsdp) take equal rows of the global batch; the cp ranks of a row take its positions;
-tp and pp ranks see the same rows. The gradients of parameters replicated over dp and cp are averaged over both
-(forgetting cp is a classic bug: each cp rank's gradient covers only its own positions); FSDP averages over fsdp.
+The data ranks (dp × fsdp × ep) take equal rows of the global batch; the cp ranks of a row take its positions;
+tp and pp ranks see the same rows. The gradients of parameters held alike by dp, ep and cp ranks are averaged over
+them (forgetting cp is a classic bug: each cp rank's gradient covers only its own positions); FSDP averages over
+fsdp. predicted_bytes gives what the planner's arithmetic says each rank sends, to set beside the wire.
 
-The one-process reference is the same GPT (untied embeddings, as a pipeline needs) trained by AdamW on the whole
-batch, run by rank 0 after the layout's run. Written here, for the lab: the stage cut and the ring attention's
+The one-process reference is the same GPT (untied embeddings, as a pipeline needs) trained by the same optimizer
+(SGD with momentum unless the job says AdamW) on the whole batch, run by rank 0 after the layout's run. Written here, for the lab: the stage cut and the ring attention's
 module; everything else is torch's (DeviceMesh, fully_shard, parallelize_module, PipelineStage, Schedule1F1B).
 Introduced in notebooks/16_plan_a_run.ipynb.
 """
