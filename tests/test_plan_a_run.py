@@ -298,10 +298,11 @@ def test_every_layout_claims_fail_on_a_row_that_left_one_process_or_a_prediction
     from lessons.plan_a_run import every_layout
     S = plan_a_run.settings("smoke")
 
-    def row(layout, loss_rel, param_rel, ratio=1.05):
+    def row(layout, loss_rel, param_rel, ratio=1.05, held=1.13):
         return LayoutRun(layout=layout, losses=[3.0, 2.9, 2.8], reference=[3.0, 2.9, 2.8], loss_rel=loss_rel,
                          param_rel=param_rel, worst_param="transformer.h.0.attn.c_attn.weight", params=123_456,
-                         wire_bytes=ratio * every_layout.predicted(S, layout))
+                         wire_bytes=ratio * every_layout.predicted(S, layout),
+                         state_bytes=held * every_layout.predicted_states(S, layout))
 
     def claim(ledger, key):
         return next(c for c in ledger.claims if c.key == key)
@@ -322,3 +323,7 @@ def test_every_layout_claims_fail_on_a_row_that_left_one_process_or_a_prediction
     ledger = Ledger("16_plan_a_run")
     text = str(every_layout.findings(ledger, S, [row("dp 2 × tp 2", 6e-8, 1.7e-7, no_tp), good[1]]))
     assert not claim(ledger, "bytes_as_planned").passed and "missed `dp 2 × tp 2`" in text
+    # a rank holding twice the planner's states (a sharding that did not happen) fails the states claim
+    ledger = Ledger("16_plan_a_run")
+    text = str(every_layout.findings(ledger, S, [row("fsdp 2 × tp 2", 6e-8, 1.7e-7, held=2.0), good[1]]))
+    assert not claim(ledger, "states_as_planned").passed and "is not what the planner counts" in text

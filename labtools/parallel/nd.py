@@ -20,8 +20,10 @@ them (forgetting cp is a classic bug: each cp rank's gradient covers only its ow
 fsdp. predicted_bytes gives what the planner's arithmetic says each rank sends, to set beside the wire.
 
 The one-process reference is the same GPT (untied embeddings, as a pipeline needs) trained by the same optimizer
-(SGD with momentum unless the job says AdamW) on the whole batch, run by rank 0 after the layout's run. Written here, for the lab: the stage cut and the ring attention's
-module; everything else is torch's (DeviceMesh, fully_shard, parallelize_module, PipelineStage, Schedule1F1B).
+(SGD with momentum unless the job says AdamW) on the whole batch, run by rank 0 after the layout's run.
+predicted_state_bytes gives the planner's model states per rank, beside the fullest rank's count.
+Written here, for the lab: the stage cut, the ring attention's module and the expert-parallel MLP; everything else
+is torch's (DeviceMesh, fully_shard, parallelize_module, PipelineStage, Schedule1F1B, all_to_all_single).
 Introduced in notebooks/16_plan_a_run.ipynb.
 """
 
@@ -151,6 +153,7 @@ class LayoutRun:
     worst_param: str = ""               # the parameter where param_rel is reached
     params: int = 0                     # parameters compared (all of the model's)
     wire_bytes: float | None = None     # bytes each rank put on the wire per step (gloo on one machine; None: NCCL)
+    state_bytes: float = 0.0            # model states of the fullest rank: its weights, gradients, optimizer state
 
 
 @dataclass(frozen=True)
@@ -395,6 +398,8 @@ def _train(job: LayoutJob, references: dict) -> LayoutRun:
                 local = torch.stack(parts).mean().item() if stage.is_last else 0.0
             _average_gradients(stage, job, mesh)
             opt.step()
+            if step == job.steps - 1:
+                held = _state_bytes(stage, opt)
             opt.zero_grad(set_to_none=True)
         wire = None if sent.bytes is None or wire is None else wire + sent.bytes
         total = torch.tensor([local if counted else 0.0, float(counted)], dtype=torch.float64)
@@ -403,12 +408,26 @@ def _train(job: LayoutJob, references: dict) -> LayoutRun:
         report_progress(step + 1, job.steps, str(dims))
     whole = _gather_parameters(stage)
     per_rank = None if wire is None else wire / job.steps / dist.get_world_size()
+    fullest = torch.tensor([held], dtype=torch.float64)
+    dist.all_reduce(fullest, op=dist.ReduceOp.MAX)
     if dist.get_rank() != 0:
-        return LayoutRun(layout=str(dims), losses=losses, wire_bytes=per_rank)
+        return LayoutRun(layout=str(dims), losses=losses, wire_bytes=per_rank, state_bytes=fullest.item())
     key = replace(job, **{n: 1 for n in DIMS}, plant="", micro_batches=1)
     if key not in references:
         references[key] = single_process(job)
-    return _compare(job, losses, whole, references[key], per_rank)
+    return replace(_compare(job, losses, whole, references[key], per_rank), state_bytes=fullest.item())
+
+
+def _state_bytes(stage: nn.Module, opt: torch.optim.Optimizer) -> float:
+    """Bytes of this rank's own pieces of the weights, their gradients and the optimizer's state (counted)."""
+    def local(t):
+        t = t.to_local() if hasattr(t, "to_local") else t
+        return t.numel() * t.element_size()
+    total = 0
+    for p in stage.parameters():
+        total += local(p) + (local(p.grad) if p.grad is not None else 0)
+        total += sum(local(v) for v in opt.state.get(p, {}).values() if torch.is_tensor(v) and v.dim() > 0)
+    return float(total)
 
 
 def _gather_parameters(stage: nn.Module) -> dict[str, torch.Tensor] | None:
@@ -518,3 +537,24 @@ def predicted_bytes(job: LayoutJob) -> dict[str, float]:
         #           there and back, forward and again backward
         out["ep"] = L * 2 * 2 * rows * s * job.top_k * (d.ep - 1) / d.ep * h * e
     return out
+
+
+def predicted_state_bytes(job: LayoutJob) -> float:
+    """Model states per rank as the planner counts them (labtools.budget.estimate: fp32 weights and gradients, one
+    momentum number per weight for SGD, two for AdamW; tp, pp and ep divide them evenly, FSDP shards them all over
+    fsdp, lesson 06's ZeRO-3), with the experts split over ep and the rest not."""
+    from labtools.budget import estimate
+    from labtools.config import gpt_config
+    d = job.dims
+    cfg = gpt_config(job, tie_embeddings=False, bias=False)
+    with torch.device("meta"):
+        if job.n_experts:
+            from labtools.moe import moe_gpt
+            gpt = moe_gpt(cfg, job.n_experts, job.top_k, capacity_factor=job.n_experts / job.top_k)
+        else:
+            gpt = GPT(cfg)
+    experts = sum(p.numel() for n, p in gpt.named_parameters() if ".experts." in n)
+    dense = sum(p.numel() for p in gpt.parameters()) - experts
+    kw = dict(precision="fp32", optimizer="momentum" if job.optimizer == "sgd" else "adamw",
+              zero_stage=3 if d.fsdp > 1 else 0, dp=d.fsdp, tp=d.tp, pp=d.pp)
+    return estimate(dense, **kw).model_states + (estimate(experts, **kw).model_states / d.ep if experts else 0.0)
