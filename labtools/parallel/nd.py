@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from labtools.config import LabConfig
 from labtools.model import GPT
 from labtools.parallel.context import SeqLayout, positions, ring_attention
-from labtools.parallel.toolkit import build_gpt, device, global_batch, report_progress
+from labtools.parallel.toolkit import device, global_batch, report_progress
 from labtools.validate import check_range
 
 # DTensor's input hooks warn that a backward hook fires for outputs whose inputs need no gradient (token ids)
@@ -250,17 +250,19 @@ class ExpertParallelMLP(nn.Module):
         return expert_parallel_forward(flat, self, lambda e: self.experts[str(e)], self.group).reshape(shape)
 
 
-def build_gpt_for(job: LayoutJob) -> GPT:
-    """The job's GPT, the same wherever it is built: untied embeddings (a pipeline needs them), no biases, and with
-    n_experts a mixture of experts in every block whose capacity never drops a token (k·capacity_factor = E), so
-    that routing each rank's tokens apart keeps every assignment, as routing the whole batch at once does."""
-    if not job.n_experts:
-        return build_gpt(job, tie_embeddings=False, bias=False)
+def build_gpt_for(job: LayoutJob, on=None) -> GPT:
+    """The job's GPT, the same wherever it is built (seeded; on this rank's device, or on `on`, e.g. "meta" to count
+    it): untied embeddings (a pipeline needs them), no biases, and with n_experts a mixture of experts in every block
+    whose capacity never drops a token (k·capacity_factor = E), so that routing each rank's tokens apart keeps every
+    assignment, as routing the whole batch at once does."""
     from labtools.config import gpt_config
     from labtools.moe import moe_gpt
     torch.manual_seed(job.seed)
     cfg = gpt_config(job, tie_embeddings=False, bias=False)
-    return moe_gpt(cfg, job.n_experts, job.top_k, capacity_factor=job.n_experts / job.top_k).to(device())
+    with torch.device(on or device()):
+        if not job.n_experts:
+            return GPT(cfg)
+        return moe_gpt(cfg, job.n_experts, job.top_k, capacity_factor=job.n_experts / job.top_k)
 
 
 def _tp_plan(gpt: GPT, plant: str) -> dict:
@@ -446,7 +448,7 @@ def _gather_parameters(stage: nn.Module) -> dict[str, torch.Tensor] | None:
 
 
 def single_process(job: LayoutJob) -> tuple[list[float], dict[str, torch.Tensor]]:
-    """The same GPT and batches in one process: job.steps AdamW steps on the whole batch."""
+    """The same GPT and batches in one process: job.steps optimizer steps on the whole batch."""
     gpt = build_gpt_for(job)
     opt = _optimizer(gpt.parameters(), job)
     g = torch.Generator().manual_seed(job.seed + 1)
@@ -486,17 +488,10 @@ def predicted_bytes(job: LayoutJob) -> dict[str, float]:
     as many bytes as an all-reduce, as lesson 08 measured), tensor parallelism's four all-reduces per block and
     micro-batch, the pipeline's activations and their gradients, and the ring's key/value blocks forward and back.
     Headers and the few bytes of barriers, positions and the loss are left out."""
-    from labtools.config import gpt_config
     from labtools.layout import collective_bytes
     d, e = job.dims, 4  # fp32
-    cfg = gpt_config(job, tie_embeddings=False, bias=False)
-    with torch.device("meta"):
-        if job.n_experts:
-            from labtools.moe import moe_gpt
-            gpt = moe_gpt(cfg, job.n_experts, job.top_k, capacity_factor=job.n_experts / job.top_k)
-        else:
-            gpt = GPT(cfg)
-    L, h, hs = cfg.n_layer, cfg.n_embd, cfg.n_embd // cfg.n_head
+    gpt = build_gpt_for(job, on="meta")
+    L, h = job.n_layer, job.n_embd
     rows = job.batch_size // d.data                       # rows each data-parallel rank trains per step
     s = job.block_size // d.cp                            # positions each context-parallel rank holds
     m = job.micro_batches if d.pp > 1 else 1
@@ -544,15 +539,8 @@ def predicted_state_bytes(job: LayoutJob) -> float:
     momentum number per weight for SGD, two for AdamW; tp, pp and ep divide them evenly, FSDP shards them all over
     fsdp, lesson 06's ZeRO-3), with the experts split over ep and the rest not."""
     from labtools.budget import estimate
-    from labtools.config import gpt_config
     d = job.dims
-    cfg = gpt_config(job, tie_embeddings=False, bias=False)
-    with torch.device("meta"):
-        if job.n_experts:
-            from labtools.moe import moe_gpt
-            gpt = moe_gpt(cfg, job.n_experts, job.top_k, capacity_factor=job.n_experts / job.top_k)
-        else:
-            gpt = GPT(cfg)
+    gpt = build_gpt_for(job, on="meta")
     experts = sum(p.numel() for n, p in gpt.named_parameters() if ".experts." in n)
     dense = sum(p.numel() for p in gpt.parameters()) - experts
     kw = dict(precision="fp32", optimizer="momentum" if job.optimizer == "sgd" else "adamw",
