@@ -115,9 +115,11 @@ def findings(ledger: Ledger, p: Plan) -> Findings:
         f"{PART_LABELS[part]}.",
         "Too little model parallelism does not fit at all: each GPU would hold too much of the model.",
     ], [
-        f"The example: {ex.model} parameters in {m.n_layer} layers of width {m.n_embd} ({m.n_head} heads), "
-        f"{ex.batch:,} sequences of {m.seq:,} tokens per step, {ex.tokens / 1e12:.0f}T tokens in all, on "
-        f"{ex.gpus:,} H100s of 80 GB; the kernel efficiency calibrated on Llama 3's run: {p.efficiency:.0%}.",
+        "| the example | |\n|---|---|\n"
+        f"| model | {ex.model} parameters: {m.n_layer} layers of width {m.n_embd}, {m.n_head} heads |\n"
+        f"| batch | {ex.batch:,} sequences of {m.seq:,} tokens per step |\n"
+        f"| run | {ex.tokens / 1e12:.0f}T tokens on {ex.gpus:,} H100s of 80 GB |\n"
+        f"| kernel efficiency | {p.efficiency:.0%}, calibrated on Llama 3's run (section 3) |",
         f"`{best.layout}`: {best.step_s:.2f} s per step at {best.mfu:.0%} MFU (model FLOPs utilisation, lesson 12; "
         "predicted).",
         f"Each layer's forward runs again in backward (activation checkpointing, lesson 05), so the GPUs compute "

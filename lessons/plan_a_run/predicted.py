@@ -260,7 +260,8 @@ def findings(ledger: Ledger, c: Predicted) -> Findings:
         f"Roughly: calibrated on one layout, the planner predicted each other published layout within "
         f"**{abs(worst):.0%}**. On Llama 3's doubling of GPUs it needs an interleaved schedule: with plain 1F1B "
         f"(lesson 09) it misses by {-off[1]:.0%}.",
-        f"What it cannot know, it cannot predict: per pipeline slot, MT-NLG's widest layout took "
+        f"What it cannot know, it cannot predict: per pipeline slot (a micro-batch's forward and backward on one "
+        f"stage), MT-NLG's widest layout took "
         f"**{line.per_slot_rise:.1%}** more time than its narrowest, while the planner's time per slot is constant. "
         "The paper does not say why.",
     ], [
