@@ -73,7 +73,7 @@ def figure(shown: list[StepEstimate], chosen: StepEstimate | None, gpu_memory: f
 def ranked_figure(p: Plan, top: int = 8) -> go.Figure:
     ex = p.example
     return figure(p.ranked[:top], p.best, H100.gpu_memory,
-                  f"{ex.model} on {ex.gpus:,} H100s, {ex.batch:,} sequences per step: fastest first")
+                  f"{ex.model} on {ex.gpus:,} H100s: the fastest layout that fits is {p.best.layout}")
 
 
 def run_rows(run: RunPlan) -> list[tuple[str, str]]:
@@ -136,9 +136,10 @@ def run_findings(p: Plan) -> Findings:
     return Findings([
         f"About **{run.days_with_failures:.0f} days**, failures included, for about **{run.cost / 1e6:.1f}** million "
         "dollars of GPU time.",
-        f"Failures take **{run.waste:.1%}** of the run, though the job fails every **{run.job_mtbf_h:.0f} h**: "
-        "saving often keeps what each one loses small.",
+        ("Failures take only a small share of it, though the job fails often: saving often keeps what each one "
+         "loses small." if run.waste < 0.1 else "Failures take a large share of it: save more often, or cheaper."),
     ], [
+        f"Failures take {run.waste:.1%} of the run; the job fails every {run.job_mtbf_h:.0f} h.",
         f"A save every {run.interval_s / 60:.0f} minutes, $\\sqrt{{2\\delta \\cdot \\text{{MTBF}}}}$ for a save that "
         f"stalls training $\\delta = {run.save_s:g}$ s.",
         f"Without failures the run would take {run.days:.1f} days.",
