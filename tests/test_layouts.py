@@ -24,10 +24,11 @@ MODEL = dict(n_layer=2, n_embd=64, n_head=4, block_size=32, batch_size=8, steps=
 SINGLE = [dict(dp=2), dict(fsdp=2), dict(tp=2), dict(pp=2), dict(cp=2), dict(ep=2, n_experts=4),
           dict(dp=2, n_experts=4)]
 PLANTED = [dict(cp=2, plant="no_cp_reduce"), dict(tp=2, plant="no_tp_reduce")]
+ADAMW = dict(tp=2, optimizer="adamw", lr=3e-3)  # why the matrix uses SGD with momentum
 TWO_D = [dict(dp=2, tp=2), dict(dp=2, pp=2), dict(tp=2, pp=2), dict(fsdp=2, tp=2), dict(tp=2, cp=2),
          dict(dp=2, cp=2), dict(fsdp=2, pp=2), dict(dp=2, ep=2, n_experts=4)]
 THREE_D = [dict(dp=2, tp=2, pp=2), dict(fsdp=2, tp=2, cp=2)]
-LAUNCHES = {2: SINGLE + PLANTED, 4: TWO_D, 8: THREE_D}
+LAUNCHES = {2: SINGLE + PLANTED + [ADAMW], 4: TWO_D, 8: THREE_D}
 
 
 def dims(layout: dict) -> ParallelDims:
@@ -36,7 +37,8 @@ def dims(layout: dict) -> ParallelDims:
 
 def name(layout: dict) -> str:
     return (str(dims(layout)) + (f", {layout['n_experts']} experts" if "n_experts" in layout else "")
-            + (f", {layout['plant']}" if "plant" in layout else ""))
+            + (f", {layout['plant']}" if "plant" in layout else "")
+            + (f", {layout['optimizer']}" if "optimizer" in layout else ""))
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +96,15 @@ def test_a_planted_bug_fails_on_its_own_row(runs, layout, where):
     r = runs[name(layout)]
     assert r.loss_rel > 1e-3 or r.param_rel > 1e-2, f"{name(layout)} went unnoticed: {r}"
     assert r.param_rel > 100 * TOL and r.worst_param.startswith(where)
+
+
+def test_under_adamw_the_losses_agree_but_a_weight_whose_gradient_cancels_moves_far_more_than_rounding(runs):
+    """The reason the matrix uses SGD with momentum: Adam divides each gradient by its own running size, so where a
+    weight's gradient nearly cancels over the batch, tensor parallelism's different order of sums becomes a visible
+    part of that weight's step (measured here: 1.4e-4 against SGD's 1.7e-7). The losses still agree."""
+    adamw, sgd = runs[name(ADAMW)], runs[name(dict(tp=2))]
+    assert adamw.loss_rel <= TOL
+    assert adamw.param_rel > 10 * max(sgd.param_rel, TOL / 10)
 
 
 def test_one_layout_in_its_own_launch_is_the_same_as_in_a_shared_one(runs):

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from labtools.config import LabConfig
 from labtools.model import GPT
 from labtools.parallel.context import SeqLayout, positions, ring_attention
+from labtools.parallel.experts import expert_parallel_forward
 from labtools.parallel.toolkit import device, global_batch, report_progress
 from labtools.validate import check_range
 
@@ -46,11 +47,11 @@ from labtools.validate import check_range
 warnings.filterwarnings("ignore", message="Full backward hook is firing")
 
 DIMS = ("pp", "dp", "fsdp", "ep", "cp", "tp")  # the mesh's dimensions, outermost first
-PLANTS = ("", "no_cp_reduce", "no_tp_reduce")
+PLANTS = ("", "no_cp_reduce", "no_tp_reduce")  # bugs a test plants to show the comparison fails on the right row
 # SGD with momentum by default: its update is linear in the gradient, so a layout's rounding stays rounding-sized in
 # the weights. Adam divides each gradient by its own running size: where a weight's gradient nearly cancels over the
-# batch, rounding in the last bits becomes a visible part of a full step (AdamW's losses still agree to 1e-7).
-OPTIMIZERS = ("sgd", "adamw")  # bugs a test plants to show the comparison fails on the right row
+# batch, rounding in the last bits becomes a visible part of a full step (tests/test_layouts.py shows both).
+OPTIMIZERS = ("sgd", "adamw")
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,6 @@ class ExpertParallelMLP(nn.Module):
         self.experts = nn.ModuleDict({str(e): moe.experts[e] for e in range(r * local, (r + 1) * local)})
 
     def forward(self, x):
-        from labtools.parallel.experts import expert_parallel_forward
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
         return expert_parallel_forward(flat, self, lambda e: self.experts[str(e)], self.group).reshape(shape)
@@ -257,7 +257,8 @@ def build_gpt_for(job: LayoutJob, on=None) -> GPT:
     assignment, as routing the whole batch at once does."""
     from labtools.config import gpt_config
     from labtools.moe import moe_gpt
-    torch.manual_seed(job.seed)
+    if on != "meta":  # counting it leaves the caller's random state alone
+        torch.manual_seed(job.seed)
     cfg = gpt_config(job, tie_embeddings=False, bias=False)
     with torch.device(on or device()):
         if not job.n_experts:
@@ -483,11 +484,13 @@ SPLIT_BY_TP = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "m
 
 def predicted_bytes(job: LayoutJob) -> dict[str, float]:
     """Bytes each rank sends per step, on average over the ranks, by what sends them, from ring collectives'
-    arithmetic (labtools.layout.collective_bytes): the gradients averaged over dp × cp, FSDP's all-gathers
+    arithmetic (labtools.layout.collective_bytes): the gradients averaged over dp × ep × cp (an expert's over
+    dp × cp), FSDP's all-gathers
     (forward, and again in backward for the blocks it reshards) and its reduce-scatter of the gradients (on gloo
     as many bytes as an all-reduce, as lesson 08 measured), tensor parallelism's four all-reduces per block and
-    micro-batch, the pipeline's activations and their gradients, and the ring's key/value blocks forward and back.
-    Headers and the few bytes of barriers, positions and the loss are left out."""
+    micro-batch, the pipeline's activations and their gradients, the ring's key/value blocks forward and back, and
+    the experts' all-to-alls under an even router. Headers and the few bytes of barriers, positions and the loss
+    are left out."""
     from labtools.layout import collective_bytes
     d, e = job.dims, 4  # fp32
     gpt = build_gpt_for(job, on="meta")
@@ -509,7 +512,7 @@ def predicted_bytes(job: LayoutJob) -> dict[str, float]:
     per_stage = [sum(local(n, p) for n, p in params if stage_of(n) == k) for k in range(d.pp)]
     blocks = [sum(local(n, p) for n, p in params if stage_of(n) == k and n.startswith("transformer.h."))
               for k in range(d.pp)]
-    out = {"gradients": 0.0, "fsdp": 0.0, "tp": 0.0, "pp": 0.0, "cp": 0.0}
+    out = {"gradients": 0.0, "fsdp": 0.0, "tp": 0.0, "pp": 0.0, "cp": 0.0, "ep": 0.0}
     for names, R in ((lambda n: ".experts." not in n, d.dp * d.ep * d.cp), (lambda n: ".experts." in n, d.dp * d.cp)):
         if R > 1:  # the dense parameters are alike on dp · ep · cp ranks, an expert on dp · cp
             out["gradients"] += sum(collective_bytes("all_reduce", sum(local(n, p) for n, p in params
@@ -527,7 +530,6 @@ def predicted_bytes(job: LayoutJob) -> dict[str, float]:
         out["pp"] = 2 * (d.pp - 1) * rows * s * h * e / d.pp
     if d.cp > 1:  # per block: c − 1 key/value blocks of this rank's heads forward, their gradients back
         out["cp"] = (L // d.pp) * 2 * (d.cp - 1) * 2 * rows * s * (h // d.tp) * e
-    out["ep"] = 0.0
     if d.ep > 1:  # per block: each token's k assignments, (ep − 1)/ep of them to another rank under an even router,
         #           there and back, forward and again backward
         out["ep"] = L * 2 * 2 * rows * s * job.top_k * (d.ep - 1) / d.ep * h * e
