@@ -21,7 +21,7 @@ PARTS = (  # (name, lessons, colour): the README's reading order
     ("the step", range(0, 3), "#1f77b4"), ("the data", (17,), "#17becf"), ("evidence", (18,), "#8c564b"),
     ("stability", range(3, 5), "#2ca02c"),
     ("memory", range(5, 7), "#9467bd"), ("parallelism", (7, 8, 9, 10, 14, 15), "#d62728"),
-    ("time", range(11, 14), "#ff7f0e"), ("tuning at scale", (19,), "#bcbd22"), ("the whole run", (16,), "#444444"),
+    ("time", (11, 12, 13, 22), "#ff7f0e"), ("tuning at scale", (19,), "#bcbd22"), ("the whole run", (16,), "#444444"),
     ("post-training", (20, 21), "#e377c2"),
 )
 BOX_W, BOX_H, GAP_X, ROW_H, MARGIN = 250, 34, 22, 62, 20

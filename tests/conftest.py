@@ -5,8 +5,12 @@ import os
 import subprocess
 
 import pytest
+import torch
 
 from labtools.parallel.launcher import RUN_ROOT_ENV
+
+if not torch.cuda.is_available():  # Triton's interpreter, set before anything imports Triton (torch.compile does):
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # labtools.kernels needs it from the start
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -71,7 +71,9 @@ EXERCISES = {"00_training_loop": "lessons.training_loop.adamw_exercise",
              "18_evidence": "lessons.evidence.interval_exercise",
              "19_muon_and_mup": "lessons.muon_mup.ns_exercise",
              "20_sft_and_dpo": ("lessons.finetune.sft_exercise", "lessons.finetune.dpo_exercise"),
-             "21_rl_with_a_verifier": "lessons.rl_verifier.adv_exercise"}
+             "21_rl_with_a_verifier": "lessons.rl_verifier.adv_exercise",
+             "22_flash_attention_and_fp8": ("lessons.inside_kernels.flash_exercise",
+                                            "lessons.inside_kernels.quant_exercise")}
 
 
 # The lessons whose training or launching panel is stopped mid-run, once with Cancel and once with Interrupt.

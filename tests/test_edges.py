@@ -19,9 +19,9 @@ from labtools.layout import layouts
 from labtools.parallel.context import SeqLayout, positions
 from labtools.shapes import MODELS, ModelShape
 from lessons import (activation_checkpointing, adamw_vs_adam_l2, compute_budget, context_parallel, data_parallel,
-                     evidence, fault_tolerance, finetune, fsdp_zero, lr_schedules, memory_budget, mixed_precision,
-                     mixture_of_experts, muon_mup, pipeline_parallel, plan_a_run, profiling, rl_verifier,
-                     stability, tensor_parallel, tokens, training_loop)
+                     evidence, fault_tolerance, finetune, fsdp_zero, inside_kernels, lr_schedules, memory_budget,
+                     mixed_precision, mixture_of_experts, muon_mup, pipeline_parallel, plan_a_run, profiling,
+                     rl_verifier, stability, tensor_parallel, tokens, training_loop)
 from lessons.activation_checkpointing import playground as checkpointing_playground
 from lessons.adamw_vs_adam_l2 import landscape
 from lessons.data_parallel import playground as ddp_playground
@@ -33,7 +33,7 @@ from lessons.training_loop import playground as size_playground
 LESSONS = (training_loop, adamw_vs_adam_l2, lr_schedules, stability, mixed_precision, activation_checkpointing,
            memory_budget, data_parallel, fsdp_zero, pipeline_parallel, tensor_parallel, fault_tolerance, compute_budget,
            profiling, context_parallel, mixture_of_experts, plan_a_run, tokens, evidence, muon_mup, finetune,
-           rl_verifier)
+           rl_verifier, inside_kernels)
 
 
 OPEN = "open:"  # an expression so marked is a bound the range excludes (check_range's open_lo / open_hi)

@@ -18,7 +18,8 @@ FRAMED = ("00_training_loop", "01_adamw_vs_adam_l2", "02_lr_schedules", "03_stab
           "10_tensor_parallel", "11_fault_tolerance",
           "12_compute_budget", "13_profiling", "14_context_parallel",
           "15_mixture_of_experts", "16_plan_a_run", "17_tokens_and_data", "18_evidence",
-          "19_muon_and_mup", "20_sft_and_dpo", "21_rl_with_a_verifier")
+          "19_muon_and_mup", "20_sft_and_dpo", "21_rl_with_a_verifier",
+          "22_flash_attention_and_fp8")
 PARAGRAPH_WORDS, BULLET_WORDS = 80, 50
 MAX_TAKEAWAYS = 5
 # "the articles", "a source article", "the seeds" (sources the learner never sees); "the seed" of an RNG is fine
