@@ -19,6 +19,9 @@ import torch
 
 if not torch.cuda.is_available():  # read when each kernel below is made (triton.jit), so before them
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# tl.dot on float32 in full precision, as PyTorch's attention computes it (a GPU's default, TF32, keeps 10 bits of
+# mantissa: differences of about 1e-3, where the checks here allow 1e-4)
+os.environ.setdefault("TRITON_F32_DEFAULT", "ieee")
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -34,11 +37,16 @@ if interpreted() and type(_standard.cdiv).__name__ != "InterpretedFunction":  # 
     raise RuntimeError("Triton was imported before labtools.kernels set TRITON_INTERPRET=1, so its own functions "
                        "cannot run on the CPU: import labtools.kernels before triton (or restart the kernel)")
 
-BLOCKS = (16, 32, 64, 128)  # tile sizes a kernel takes: powers of two, and tl.dot needs at least 16
+BLOCKS = (16, 32, 64, 128)
+
+
+def device() -> torch.device:
+    """Where the kernels' tensors must live: the GPU they compile for, or the CPU the interpreter runs on."""
+    return torch.device("cpu" if interpreted() else "cuda")  # tile sizes a kernel takes: powers of two, and tl.dot needs at least 16
 
 
 @triton.jit
-def flash_forward_kernel(Q, K, V, O, LSE, SEEN, s, scale, D: tl.constexpr, BLOCK_Q: tl.constexpr,
+def flash_forward_kernel(Q, K, V, O, LSE, SEEN, s, qk_scale, D: tl.constexpr, BLOCK_Q: tl.constexpr,
                          BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr):
     """One program: BLOCK_Q queries of one batch × head against every key tile they may see. SEEN counts the key
     tiles each program read (one int32 per program)."""
@@ -59,7 +67,7 @@ def flash_forward_kernel(Q, K, V, O, LSE, SEEN, s, scale, D: tl.constexpr, BLOCK
         k = tl.load(K + base + keys[:, None] * D + cols[None, :], mask=keys[:, None] < s, other=0.0)
         v = tl.load(V + base + keys[:, None] * D + cols[None, :], mask=keys[:, None] < s, other=0.0)
         tl.atomic_add(SEEN + bh * tl.num_programs(0) + tile, 1)
-        scores = tl.dot(q, tl.trans(k)) * scale
+        scores = tl.dot(q, tl.trans(k)) * qk_scale
         ok = keys[None, :] < s                          # a padded key is no key: −inf, not a score of 0
         if CAUSAL:
             ok = ok & (keys[None, :] <= rows[:, None])
@@ -75,7 +83,7 @@ def flash_forward_kernel(Q, K, V, O, LSE, SEEN, s, scale, D: tl.constexpr, BLOCK
 
 
 @triton.jit
-def _backward_kv(Q, K, V, DO, LSE, DELTA, DK, DV, s, scale, D: tl.constexpr, BLOCK_Q: tl.constexpr,
+def _backward_kv(Q, K, V, DO, LSE, DELTA, DK, DV, s, qk_scale, D: tl.constexpr, BLOCK_Q: tl.constexpr,
                  BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr):
     """One program: a key tile's dK and dV, over every query tile that sees it; P recomputed from the saved LSE."""
     tile = tl.program_id(0)
@@ -99,16 +107,16 @@ def _backward_kv(Q, K, V, DO, LSE, DELTA, DK, DV, s, scale, D: tl.constexpr, BLO
         ok = (rows[:, None] < s) & (keys[None, :] < s)
         if CAUSAL:
             ok = ok & (keys[None, :] <= rows[:, None])
-        p = tl.exp(tl.where(ok, tl.dot(q, tl.trans(k)) * scale - lse[:, None], float("-inf")))
+        p = tl.exp(tl.where(ok, tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None], float("-inf")))
         dv += tl.dot(tl.trans(p), do)
         ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None])
-        dk += tl.dot(tl.trans(ds), q) * scale
+        dk += tl.dot(tl.trans(ds), q) * qk_scale
     tl.store(DK + base + keys[:, None] * D + cols[None, :], dk, mask=keys[:, None] < s)
     tl.store(DV + base + keys[:, None] * D + cols[None, :], dv, mask=keys[:, None] < s)
 
 
 @triton.jit
-def _backward_q(Q, K, V, DO, LSE, DELTA, DQ, s, scale, D: tl.constexpr, BLOCK_Q: tl.constexpr,
+def _backward_q(Q, K, V, DO, LSE, DELTA, DQ, s, qk_scale, D: tl.constexpr, BLOCK_Q: tl.constexpr,
                 BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr):
     """One program: a query tile's dQ, over every key tile it sees."""
     tile = tl.program_id(0)
@@ -131,9 +139,9 @@ def _backward_q(Q, K, V, DO, LSE, DELTA, DQ, s, scale, D: tl.constexpr, BLOCK_Q:
         ok = (rows[:, None] < s) & (keys[None, :] < s)
         if CAUSAL:
             ok = ok & (keys[None, :] <= rows[:, None])
-        p = tl.exp(tl.where(ok, tl.dot(q, tl.trans(k)) * scale - lse[:, None], float("-inf")))
+        p = tl.exp(tl.where(ok, tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None], float("-inf")))
         ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None])
-        dq += tl.dot(ds, k) * scale
+        dq += tl.dot(ds, k) * qk_scale
     tl.store(DQ + base + rows[:, None] * D + cols[None, :], dq, mask=rows[:, None] < s)
 
 

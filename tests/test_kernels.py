@@ -106,7 +106,7 @@ def test_an_fp8_linear_trains_with_gradients_near_fp32_and_unscaled_gradients_va
 # --- the exercises' checkers, against the solution and planted mistakes -------------------------------------------
 
 @triton.jit
-def _planted(Q, K, V, O, LSE, SEEN, s, scale, D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
+def _planted(Q, K, V, O, LSE, SEEN, s, qk_scale, D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
              CAUSAL: tl.constexpr, BUG: tl.constexpr):
     """The lab's kernel with one mistake (BUG): 1 no rescaling, 2 no 1/√D, 3 no causal tile skip, 4 padded keys
     seen, 5 the log-sum-exp without log(l), 6 every key seen under the causal mask, 7 no count of tiles."""
@@ -130,7 +130,7 @@ def _planted(Q, K, V, O, LSE, SEEN, s, scale, D: tl.constexpr, BLOCK_Q: tl.const
             tl.atomic_add(SEEN + bh * tl.num_programs(0) + tile, 1)
         scores = tl.dot(q, tl.trans(k))
         if BUG != 2:
-            scores = scores * scale
+            scores = scores * qk_scale
         ok = keys[None, :] < s
         if BUG == 4:
             ok = keys[None, :] >= 0
@@ -174,7 +174,7 @@ def _solution_kernel(tmp_path):
 
 def test_the_kernel_check_passes_the_solution_and_names_each_planted_mistake(tmp_path):
     assert flash_exercise.check_kernel(_solution_kernel(tmp_path)).passed
-    named = {1: "exp(m − m_new)", 2: "1/√D", 3: "min(s, (tile + 1)", 4: "mask keys ≥ s", 5: "LSE is m + log(l)",
+    named = {1: "exp(m − m_new)", 2: "1/√d_h", 3: "min(s, (tile + 1)", 4: "mask keys ≥ s", 5: "LSE is m + log(l)",
              6: "a key after its query", 7: "atomic_add"}
     for bug, words in named.items():
         out = flash_exercise.check_kernel(Planted(bug))
@@ -182,14 +182,14 @@ def test_the_kernel_check_passes_the_solution_and_names_each_planted_mistake(tmp
 
 
 @triton.jit
-def _stub(Q, K, V, O, LSE, SEEN, s, scale, D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
+def _stub(Q, K, V, O, LSE, SEEN, s, qk_scale, D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
           CAUSAL: tl.constexpr):
     tile = tl.program_id(0)
     raise NotImplementedError  # your code
 
 
 @triton.jit
-def _typo(Q, K, V, O, LSE, SEEN, s, scale, D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
+def _typo(Q, K, V, O, LSE, SEEN, s, qk_scale, D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
           CAUSAL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_Q + tl.arange(0, BLOCK_Q)
     tl.store(O + rows, scores, mask=rows < s)  # noqa: F821 (the learner's typo)

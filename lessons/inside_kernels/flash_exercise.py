@@ -13,7 +13,7 @@ from labtools.exercises import NOT_WRITTEN, Case, Outcome, attempt, failed
 from labtools.learner import is_stub
 
 TOL = 1e-4
-HINT = ("for each key tile: scores = q·kᵀ × scale, −inf where a key may not be seen; the new maximum m_new; "
+HINT = ("for each key tile: scores = q·kᵀ × qk_scale, −inf where a key may not be seen; the new maximum m_new; "
         "p = exp(scores − m_new); l and acc multiplied by exp(m − m_new) before p's sums are added")
 
 
@@ -31,7 +31,7 @@ def cases() -> list[Case]:
 
 def inputs(B, H, s, D, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(B, H, s, D, generator=g) for _ in range(3))
+    return tuple(torch.randn(B, H, s, D, generator=g).to(kernels.device()) for _ in range(3))
 
 
 def _learner(kernel):
@@ -59,15 +59,16 @@ def check_kernel(kernel) -> Outcome:
         d_o = _gap(f.o, want)
         worst = max(worst, d_o)
         if not d_o <= TOL:
+            cpu = [t.cpu() for t in (f.o, q, k, v)]
             return failed(case.name, f"the output differs from PyTorch's attention by up to {_num(d_o)} "
-                                     f"(first at {_first(f.o, want)})", misconception(f.o, q, k, v, causal, bk)
+                                     f"(first at {_first(f.o, want)})", misconception(*cpu, causal, bk)
                           or case.hint or HINT)
         lse = kernels.reference_lse(q, k, causal=causal)
         d_l = _gap(f.lse, lse)
         worst = max(worst, d_l)
         if not d_l <= TOL:
             return failed(case.name, f"the output is right, but LSE differs from log Σ exp(scores) by up to "
-                                     f"{_num(d_l)}", _lse_hint(f.lse, lse))
+                                     f"{_num(d_l)}", _lse_hint(f.lse.cpu(), lse.cpu()))
         want_tiles = B * H * kernels.tiles_read(s, bq, bk, causal)
         if f.key_tiles_read != want_tiles:
             return failed(case.name, f"the values are right, but the programs read {f.key_tiles_read} key tiles "
@@ -127,7 +128,7 @@ def misconception(o, q, k, v, causal: bool, bk: int) -> str:
     zero_keys = torch.cat([k, torch.zeros(*k.shape[:-2], pad, D)], -2)
     zero_vals = torch.cat([v, torch.zeros(*v.shape[:-2], pad, D)], -2)
     known = {
-        "scores are q·kᵀ times scale (1/√D), before the softmax": F.scaled_dot_product_attention(
+        "scores are q·kᵀ times qk_scale (1/√d_h), before the softmax": F.scaled_dot_product_attention(
             q, k, v, is_causal=causal, scale=1.0),
         "under CAUSAL, a key after its query must get −inf before the maximum and the exponent":
             F.scaled_dot_product_attention(q, k, v),

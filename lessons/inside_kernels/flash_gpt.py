@@ -36,7 +36,7 @@ def config(S: Settings) -> LabConfig:
 
 
 def _model(S: Settings, kernel, corpus):
-    model = build_gpt(config(S), corpus.vocab_size)
+    model = build_gpt(config(S), corpus.vocab_size, kernels.device())
     if kernel is not False:  # False: PyTorch's attention
         for block in model.transformer.h:
             block.attn.attend = functools.partial(kernels.flash_attention, block_q=S.block_q, block_k=S.block_k,
@@ -65,7 +65,8 @@ def run(S: Settings, kernel=None) -> FlashGPT:
             Outcome("not written", "not written yet")
         kernel = kernel if outcome.passed else None
     corpus = data.text()
-    X, Y = corpus.batch("train", S.flash_batch, S.flash_len, torch.Generator().manual_seed(S.seed))
+    X, Y = corpus.batch("train", S.flash_batch, S.flash_len, torch.Generator().manual_seed(S.seed),
+                        device=kernels.device())
     theirs, ours = _grads(_model(S, False, corpus), X, Y), _grads(_model(S, kernel, corpus), X, Y)
     grad_gap = max(((ours[n] - g).norm() / g.norm().clamp(min=1e-30)).item() for n, g in theirs.items())
     pytorch = _train(S, False, corpus, "PyTorch's attention")

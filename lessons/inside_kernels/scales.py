@@ -70,7 +70,7 @@ def figure(sc: Scales, fmt: str = "e4m3", mark: float | None = None) -> go.Figur
         fig.add_trace(go.Scatter(x=list(OUTLIERS), y=sc.errors[(name, fmt)], name=f"{name}", mode="lines+markers",
                                  line=dict(color=plots.color(i))))
     if mark:
-        plots.marked_line(fig, x=mark, text=f"outlier {mark:.0e}×", log=True)
+        plots.marked_line(fig, x=mark, text=f"outlier {_power(mark)}×", log=True)
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
     at = breaks_at(sc, fmt)
@@ -95,8 +95,8 @@ def findings(ledger: Ledger, sc: Scales) -> Findings:
     e = {name: sc.errors[(name, "e4m3")] for name in fp8.SCALINGS}
     harm = e["tensorwise"][i] / e["1 × 128 tiles"][i]
     spread = max(v[small] for v in e.values()) / min(v[small] for v in e.values())
-    ledger.add("outlier_harms_tensorwise", f"with one entry {OUTLIERS[i]:.0e}× the rest, a single e4m3 scale leaves "
-               "the other entries several times the error 1 × 128 tiles leave (ratio)", harm, at_least(3),
+    ledger.add("outlier_harms_tensorwise", f"with one entry {_power(OUTLIERS[i])}× the rest, a single e4m3 scale "
+               "leaves the other entries several times the error 1 × 128 tiles leave (ratio)", harm, at_least(3),
                kind="measured")
     ledger.add("exponent_absorbs", "an outlier 10³× the rest changes little: every scaling's error within 10% of the "
                "others' (largest ÷ smallest)", spread, at_most(1.1), kind="measured", detail=True)
@@ -107,11 +107,11 @@ def findings(ledger: Ledger, sc: Scales) -> Findings:
     rows = "".join(f"| {name} | " + " | ".join(f"{e[name][k]:.3f}" for k in (0, small, i)) + " |\n" for name in e)
     return Findings(
         ["FP8 is a floating-point format, so its exponent absorbs a large outlier: one e4m3 scale did no harm "
-         f"until the outlier reached {_power(breaks_at(sc) or OUTLIERS[-1])}× the rest. Beyond, it pushes the others "
-         "below e4m3's normal range; a scale per row or tile confines the harm to the outlier's own.",
+         f"until the outlier reached {_power(breaks_at(sc) or OUTLIERS[-1])}× the rest. Beyond, the others fall "
+         "into e4m3's least precise range; a scale per row or tile keeps the harm in the outlier's own.",
          "Without any scale, real gradients lie below FP8's range: "
          f"{sc.underflow['e4m3']:.0%} of the GPT's gradient entries became 0 in e4m3."],
-        [f"| e4m3, error of the other entries | no outlier | outlier 10³× | outlier {OUTLIERS[i]:.0e}× |\n"
+        [f"| e4m3, error of the other entries | no outlier | outlier 10³× | outlier {_power(OUTLIERS[i])}× |\n"
          f"|---|---|---|---|\n{rows}",
          "| gradient entries that become 0 | e4m3 | e5m2 |\n|---|---|---|\n"
          f"| no scale | {sc.underflow['e4m3']:.1%} | {sc.underflow['e5m2']:.1%} |\n"
