@@ -38,8 +38,8 @@ class Scaling:
 
 TENSORWISE = Scaling("tensorwise", None, None)
 ROWWISE = Scaling("rowwise", 1, None)
-TILES = Scaling("1 × 128 tiles", 1, 128)       # DeepSeek-V3's activations and gradients
-BLOCKS = Scaling("128 × 128 blocks", 128, 128)  # its weights
+TILES = Scaling("groups of 128", 1, 128)       # DeepSeek-V3's 1 × 128 tiles: activations and gradients
+BLOCKS = Scaling("128 × 128 squares", 128, 128)  # its 128 × 128 blocks: weights
 SCALINGS = {s.name: s for s in (TENSORWISE, ROWWISE, TILES, BLOCKS)}
 
 

@@ -256,12 +256,14 @@ def _claims(ledger: Ledger) -> dict:
 
 
 def test_the_tiling_claims_hold_and_fail_for_a_kernel_that_reads_every_tile():
-    S = dataclasses.replace(SMOKE, lengths=(32, 64))
+    S = dataclasses.replace(SMOKE, lengths=(64, 128))
     good, bad = Ledger("t"), Ledger("t")
     tiling.findings(good, tiling.run(S))
     tiling.findings(bad, tiling.run(S, Planted(3)))
-    assert _claims(good)["tiles_as_bounds"] and _claims(good)["causal_half"] and _claims(good)["kept_linear"]
-    assert not _claims(bad)["tiles_as_bounds"] and not _claims(bad)["causal_half"]
+    for key in ("tiles_as_bounds", "causal_half", "fewer_bytes", "kept_linear", "kept_quadratic"):
+        assert _claims(good)[key], key
+    for key in ("tiles_as_bounds", "causal_half", "fewer_bytes"):  # it masks the tiles it should have skipped
+        assert not _claims(bad)[key], key
 
 
 def test_a_kernel_right_in_values_but_not_in_its_log_sum_exp_trains_with_wrong_gradients():
@@ -282,14 +284,18 @@ def test_the_outlier_claim_holds_at_the_lessons_outlier_and_fails_at_a_small_one
         assert _claims(ledger)["outlier_harms_tensorwise"] is holds
 
 
-def test_fp8_as_bf16_fails_for_a_recipe_without_scales(monkeypatch):
-    monkeypatch.setitem(fp8.RECIPES, "blockwise", fp8.RECIPES["unscaled_e4m3"])  # the wrong recipe, the right name
+def test_the_fp8_training_claims_fail_when_the_recipes_swap_places(monkeypatch):
+    """Fine-grained scales where the lesson has none, and none where it has them: both claims fail (their holding
+    at the lesson's own settings is the browser test's)."""
+    swapped = {"blockwise": fp8.RECIPES["unscaled_e4m3"], "unscaled_e4m3": fp8.RECIPES["blockwise"]}
+    for name, recipe in swapped.items():
+        monkeypatch.setitem(fp8.RECIPES, name, recipe)
     ledger = Ledger("t")
     fp8_training.findings(ledger, SMOKE, fp8_training.run(dataclasses.replace(SMOKE, seeds=2)))
-    assert not _claims(ledger)["fp8_as_bf16"]
+    assert not _claims(ledger)["fp8_as_bf16"] and not _claims(ledger)["unscaled_behind"]
 
 
-def test_with_yours_matches_the_labs_run_and_parts_for_an_inverted_scale():
+def test_with_yours_matches_the_labs_run_and_parts_for_a_quantiser_that_multiplies_by_its_scale():
     S = dataclasses.replace(SMOKE, steps=5, seeds=1)
     lab = fp8_training.train_one(S, fp8.RECIPES["blockwise"], 0)
     t = fp8_training.Training({}, {"blockwise": lab}, None, None, 0.0)

@@ -9,7 +9,7 @@ The settings of notebooks/22_flash_attention_and_fp8.ipynb. One module per secti
     flash_gpt.py        section 3: your kernel inside a GPT, its gradients against PyTorch's attention, a short run
     scales.py           section 4: FP8's two formats and four ways to scale a tensor: the error of each, an
                         outlier's harm, real gradients stored without a scale
-    quant_exercise.py   section 4, your turn: the block-wise quantiser, checked against the lab's
+    quant_exercise.py   section 4, your turn: the fine-grained quantiser, checked against the lab's
     fp8_training.py     section 5: a GPT trained with FP8 matmuls against bf16 ones, over seeds; a recipe without scales
 
 The model fields (n_layer, n_embd, n_head, block_size, batch_size, steps, lr) are section 5's FP8 training run's;
@@ -33,7 +33,7 @@ class Settings(LabConfig):
     flash_heads: int = 2
     flash_layers: int = 1
     flash_len: int = 32
-    flash_batch: int = 4
+    flash_batch: int = 2
     flash_steps: int        # its short run, with your kernel and with PyTorch's attention
     outlier: float = 1e5     # section 4: one entry this many times the tensor's typical size
     seeds: int              # section 5's runs, each recipe over this many seeds
@@ -54,7 +54,7 @@ class Settings(LabConfig):
                              f"{self.flash_embd} ÷ {self.flash_heads}")
 
 
-_COMMON = dict(n_layer=2, n_embd=128, n_head=4, block_size=32, batch_size=8, lr=1e-3, block_q=16, block_k=16)
+_COMMON = dict(n_layer=1, n_embd=128, n_head=4, block_size=32, batch_size=8, lr=1e-3, block_q=16, block_k=16)
 PROFILES = {
     "smoke": Settings(profile="smoke", steps=60, seeds=3, lengths=(32, 64, 128), flash_steps=4, **_COMMON),
     "cpu": Settings(profile="cpu", steps=300, seeds=5, lengths=(64, 128, 256, 512), flash_steps=20, **_COMMON),

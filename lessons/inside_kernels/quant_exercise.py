@@ -1,6 +1,7 @@
-"""Lesson 22, your turn: the block-wise FP8 quantiser (DeepSeek-V3's 1 × 128 tiles and 128 × 128 blocks), checked
-against the lab's: the scales to float32 rounding, the float8 values exactly. Then it quantises section 5's
-block-wise training run (fp8_training.with_yours)."""
+"""Lesson 22, your turn: the fine-grained FP8 quantiser (DeepSeek-V3's 1 × 128 tiles and 128 × 128 blocks, called
+groups of 128 and squares in the lesson, whose tiles are the attention kernel's), checked against the lab's: the scales
+to float32 rounding, the float8 values exactly. Then it quantises section 5's fine-grained training run
+(fp8_training.with_yours)."""
 
 import inspect
 
@@ -11,18 +12,18 @@ from labtools.exercises import Case, Outcome, attempt, failed
 from labtools.learner import is_stub
 
 E4M3 = torch.float8_e4m3fn
-HINT = ("for each rows × cols block: scale = max(|block|, 1e-12) ÷ 448 (e4m3's largest value); the block divided "
+HINT = ("for each rows × cols piece: scale = max(|piece|, 1e-12) ÷ 448 (e4m3's largest value); the piece divided "
         "by its scale, cast to torch.float8_e4m3fn")
 
 
 def reference(x, rows, cols):
-    """x (M, N) float32 cut into blocks of rows × cols: the float8 values (M, N) and one scale per block
+    """x (M, N) float32 cut into pieces of rows × cols: the float8 values (M, N) and one scale per piece
     (M ÷ rows, N ÷ cols)."""
     M, N = x.shape
-    blocks = x.reshape(M // rows, rows, N // cols, cols)              # block (i, j) is blocks[i, :, j, :]
-    amax = blocks.abs().amax(dim=(1, 3))                              # its largest magnitude
+    pieces = x.reshape(M // rows, rows, N // cols, cols)              # piece (i, j) is pieces[i, :, j, :]
+    amax = pieces.abs().amax(dim=(1, 3))                              # its largest magnitude
     scales = amax.clamp(min=1e-12) / torch.finfo(torch.float8_e4m3fn).max
-    data = (blocks / scales[:, None, :, None]).to(torch.float8_e4m3fn)
+    data = (pieces / scales[:, None, :, None]).to(torch.float8_e4m3fn)
     return data.reshape(M, N), scales
 
 
@@ -34,12 +35,12 @@ def cases() -> list[Case]:
     zeros[1, 128:] = 0.0
     negative = torch.rand(3, 128, generator=g)
     negative[1, 5] = -40.0
-    return [Case("activations (4 × 256) in 1 × 128 tiles", (act, 1, 128)),
-            Case("a weight (256 × 256) in 128 × 128 blocks", (weight, 128, 128),
-                 hint="a block is rows × cols: rows of the tensor, then columns; one scale per block"),
-            Case("a tile of zeros beside others", (zeros, 1, 128),
-                 hint="an all-zero tile has amax 0, so 0 ÷ 0 is NaN: clamp amax to at least 1e-12 first"),
-            Case("a tile whose largest magnitude is negative", (negative, 1, 128),
+    return [Case("activations (4 × 256) in groups of 128", (act, 1, 128)),
+            Case("a weight (256 × 256) in 128 × 128 squares", (weight, 128, 128),
+                 hint="a piece is rows × cols: rows of the tensor, then columns; one scale per piece"),
+            Case("a group of zeros beside others", (zeros, 1, 128),
+                 hint="an all-zero group has amax 0, so 0 ÷ 0 is NaN: clamp amax to at least 1e-12 first"),
+            Case("a group whose largest magnitude is negative", (negative, 1, 128),
                  hint="the scale comes from the largest magnitude, |x|, not the largest value")]
 
 
@@ -58,7 +59,7 @@ def check_quantiser(fn) -> Outcome:
         data, scales = got
         want_data, want_scales = reference(x, rows, cols)
         if scales.shape != want_scales.shape:
-            return failed(case.name, f"{tuple(scales.shape)} scales, expected one per {rows} × {cols} block: shape "
+            return failed(case.name, f"{tuple(scales.shape)} scales, expected one per {rows} × {cols} piece: shape "
                                      f"{tuple(want_scales.shape)}", case.hint or HINT)
         if data.dtype != E4M3:
             return failed(case.name, f"the values are {data.dtype}, expected torch.float8_e4m3fn",
@@ -68,7 +69,7 @@ def check_quantiser(fn) -> Outcome:
         rel = ((scales.double() - want_scales.double()).abs() / want_scales.double()).max().item()
         worst = max(worst, rel)
         if not rel <= 1e-6:
-            return failed(case.name, f"a scale differs from the lab's by up to {rel:.3g} of it (first at block "
+            return failed(case.name, f"a scale differs from the lab's by up to {rel:.3g} of it (first at piece "
                                      f"{_first_block(scales, want_scales)})", misconception(x, rows, cols, scales)
                           or case.hint or HINT)
         same = data.float() == want_data.float()
@@ -76,7 +77,7 @@ def check_quantiser(fn) -> Outcome:
             r, c = (~same).nonzero()[0].tolist()
             return failed(case.name, f"the scales are right, but the float8 value at ({r}, {c}) is "
                                      f"{data[r, c].item():g} where the lab's is {want_data[r, c].item():g}",
-                          "divide each value by its block's scale (do not multiply), then cast")
+                          "divide each value by its piece's scale (do not multiply), then cast")
     scales_as = "exactly" if worst == 0 else f"to {worst:.0e} of themselves"
     return Outcome("pass", f"your quantiser equals the lab's on {len(cases())} tensors: the scales {scales_as}, and "
                            "every float8 value", worst)
@@ -96,7 +97,7 @@ def misconception(x, rows, cols, scales) -> str:
         "the scale is amax ÷ 448, so that values ÷ scale reach 448; 448 ÷ amax is its inverse": 448 / amax,
         "the scale comes from the largest magnitude, |x|, not the largest value":
             blocks.amax(dim=(1, 3)).clamp(min=1e-12) / 448,
-        "one scale per block, not one for the whole tensor": (x.abs().max() / 448).expand_as(amax),
+        "one scale per piece, not one for the whole tensor": (x.abs().max() / 448).expand_as(amax),
         "448 is e4m3's largest value; 57344 is e5m2's": amax / 57344,
     }
     for what, v in known.items():
@@ -106,5 +107,5 @@ def misconception(x, rows, cols, scales) -> str:
 
 
 def solution_source() -> str:
-    return inspect.getsource(reference).replace("def reference(", "def my_quantise_blocks(")
+    return inspect.getsource(reference).replace("def reference(", "def my_quantise(")
 

@@ -38,7 +38,7 @@ def error(outlier: float, scaling: fp8.Scaling, fmt: str = "e4m3", seed: int = 0
 class Scales:
     errors: dict          # {(scaling name, format): [error at each of OUTLIERS]}
     underflow: dict       # {format: share of real gradient entries that become 0 stored without a scale}
-    underflow_scaled: dict  # {format: the same share with 1 × 128 tiles}
+    underflow_scaled: dict  # {format: the same share with a scale per group of 128}
     outlier: float
 
 
@@ -55,9 +55,15 @@ def run(S: Settings, grads: torch.Tensor) -> Scales:
 
 def breaks_at(sc: Scales, fmt: str = "e4m3") -> float | None:
     """The smallest outlier tried at which one scale for the whole tensor leaves the other entries more than 1.5×
-    the error 1 × 128 tiles leave (None: at none of them)."""
-    whole, tiles = sc.errors[("tensorwise", fmt)], sc.errors[("1 × 128 tiles", fmt)]
+    the error groups of 128 leave (None: at none of them)."""
+    whole, tiles = sc.errors[("tensorwise", fmt)], sc.errors[("groups of 128", fmt)]
     return next((o for o, a, b in zip(OUTLIERS, whole, tiles) if a > 1.5 * b), None)
+
+
+def _last_harmless(sc: Scales, fmt: str = "e4m3") -> float:
+    """The largest outlier tried below the first that harmed the others (the largest tried, if none did)."""
+    at = breaks_at(sc, fmt)
+    return OUTLIERS[-1] if at is None else OUTLIERS[max(OUTLIERS.index(at) - 1, 0)]
 
 
 def _power(x: float) -> str:
@@ -74,8 +80,8 @@ def figure(sc: Scales, fmt: str = "e4m3", mark: float | None = None) -> go.Figur
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
     at = breaks_at(sc, fmt)
-    said = (f"{fmt}: one scale for the whole tensor holds until the outlier is about {_power(at)}× the rest, then the "
-            "others lose their precision" if at else
+    said = (f"{fmt}: one scale for the whole tensor holds up to an outlier {_power(_last_harmless(sc, fmt))}× the "
+            "rest; beyond, the others lose their precision" if at else
             f"{fmt}: one scale for the whole tensor holds at every outlier tried: its exponent range absorbs them")
     return plots.style(fig, said, "outlier ÷ typical magnitude",
                        "relative error of the other entries", height=400)
@@ -93,26 +99,26 @@ def findings(ledger: Ledger, sc: Scales) -> Findings:
     i = OUTLIERS.index(min(OUTLIERS, key=lambda o: abs(np.log10(o) - np.log10(sc.outlier))))
     small = OUTLIERS.index(1e3)
     e = {name: sc.errors[(name, "e4m3")] for name in fp8.SCALINGS}
-    harm = e["tensorwise"][i] / e["1 × 128 tiles"][i]
+    harm = e["tensorwise"][i] / e["groups of 128"][i]
     spread = max(v[small] for v in e.values()) / min(v[small] for v in e.values())
     ledger.add("outlier_harms_tensorwise", f"with one entry {_power(OUTLIERS[i])}× the rest, a single e4m3 scale "
-               "leaves the other entries several times the error 1 × 128 tiles leave (ratio)", harm, at_least(3),
+               "leaves the other entries several times the error groups of 128 leave (ratio)", harm, at_least(3),
                kind="measured")
     ledger.add("exponent_absorbs", "an outlier 10³× the rest changes little: every scaling's error within 10% of the "
                "others' (largest ÷ smallest)", spread, at_most(1.1), kind="measured", detail=True)
     ledger.add("unscaled_underflow", "stored in e4m3 without a scale, a large share of the GPT's gradient entries "
                "become 0 (share)", sc.underflow["e4m3"], at_least(0.2), kind="measured")
-    ledger.add("scaled_keeps", "with a scale per 1 × 128 tile, almost none do (share)", sc.underflow_scaled["e4m3"],
+    ledger.add("scaled_keeps", "with a scale per group of 128, almost none do (share)", sc.underflow_scaled["e4m3"],
                at_most(0.01), kind="measured", detail=True)
     rows = "".join(f"| {name} | " + " | ".join(f"{e[name][k]:.3f}" for k in (0, small, i)) + " |\n" for name in e)
     return Findings(
-        ["FP8 is a floating-point format, so its exponent absorbs a large outlier: one e4m3 scale did no harm "
-         f"until the outlier reached {_power(breaks_at(sc) or OUTLIERS[-1])}× the rest. Beyond, the others fall "
-         "into e4m3's least precise range; a scale per row or tile keeps the harm in the outlier's own.",
+        ["FP8 is a floating-point format, so its exponent absorbs a large outlier: one e4m3 scale did no harm up to "
+         f"{_power(_last_harmless(sc))}× the rest. Beyond, the others drop below e4m3's smallest normal number and "
+         "lose bits; a scale per row or group keeps the harm to that row or group.",
          "Without any scale, real gradients lie below FP8's range: "
          f"{sc.underflow['e4m3']:.0%} of the GPT's gradient entries became 0 in e4m3."],
         [f"| e4m3, error of the other entries | no outlier | outlier 10³× | outlier {_power(OUTLIERS[i])}× |\n"
          f"|---|---|---|---|\n{rows}",
          "| gradient entries that become 0 | e4m3 | e5m2 |\n|---|---|---|\n"
          f"| no scale | {sc.underflow['e4m3']:.1%} | {sc.underflow['e5m2']:.1%} |\n"
-         f"| a scale per 1 × 128 tile | {sc.underflow_scaled['e4m3']:.1%} | {sc.underflow_scaled['e5m2']:.1%} |"])
+         f"| a scale per group of 128 | {sc.underflow_scaled['e4m3']:.1%} | {sc.underflow_scaled['e5m2']:.1%} |"])
