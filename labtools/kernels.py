@@ -83,16 +83,31 @@ def flash_forward_kernel(Q, K, V, O, LSE, SEEN, s, qk_scale, D: tl.constexpr, BL
 
 
 @triton.jit
+def _tile(PTR, base, index, cols, s, D: tl.constexpr):
+    """The rows `index` (< s) of a (s, D) matrix at PTR + base; padding rows read as 0."""
+    return tl.load(PTR + base + index[:, None] * D + cols[None, :], mask=index[:, None] < s, other=0.0)
+
+
+@triton.jit
+def _recompute(q, k, v, do, lse, delta, rows, keys, s, qk_scale, CAUSAL: tl.constexpr):
+    """A pair of tiles' probabilities P, rebuilt from the saved log-sum-exp, and dS = P ∘ (dO·Vᵀ − Δ)."""
+    ok = (rows[:, None] < s) & (keys[None, :] < s)
+    if CAUSAL:
+        ok = ok & (keys[None, :] <= rows[:, None])
+    p = tl.exp(tl.where(ok, tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None], float("-inf")))
+    return p, p * (tl.dot(do, tl.trans(v)) - delta[:, None])
+
+
+@triton.jit
 def _backward_kv(Q, K, V, DO, LSE, DELTA, DK, DV, s, qk_scale, D: tl.constexpr, BLOCK_Q: tl.constexpr,
                  BLOCK_K: tl.constexpr, CAUSAL: tl.constexpr):
-    """One program: a key tile's dK and dV, over every query tile that sees it; P recomputed from the saved LSE."""
+    """One program: a key tile's dK and dV, over every query tile that sees it."""
     tile = tl.program_id(0)
     bh = tl.program_id(1)
     keys = tile * BLOCK_K + tl.arange(0, BLOCK_K)
     cols = tl.arange(0, D)
     base = bh * s * D
-    k = tl.load(K + base + keys[:, None] * D + cols[None, :], mask=keys[:, None] < s, other=0.0)
-    v = tl.load(V + base + keys[:, None] * D + cols[None, :], mask=keys[:, None] < s, other=0.0)
+    k, v = _tile(K, base, keys, cols, s, D), _tile(V, base, keys, cols, s, D)
     dk = tl.zeros([BLOCK_K, D], tl.float32)
     dv = tl.zeros([BLOCK_K, D], tl.float32)
     first = 0
@@ -100,16 +115,11 @@ def _backward_kv(Q, K, V, DO, LSE, DELTA, DK, DV, s, qk_scale, D: tl.constexpr, 
         first = (tile * BLOCK_K // BLOCK_Q) * BLOCK_Q
     for start in range(first, s, BLOCK_Q):
         rows = start + tl.arange(0, BLOCK_Q)
-        q = tl.load(Q + base + rows[:, None] * D + cols[None, :], mask=rows[:, None] < s, other=0.0)
-        do = tl.load(DO + base + rows[:, None] * D + cols[None, :], mask=rows[:, None] < s, other=0.0)
+        q, do = _tile(Q, base, rows, cols, s, D), _tile(DO, base, rows, cols, s, D)
         lse = tl.load(LSE + bh * s + rows, mask=rows < s, other=0.0)
         delta = tl.load(DELTA + bh * s + rows, mask=rows < s, other=0.0)
-        ok = (rows[:, None] < s) & (keys[None, :] < s)
-        if CAUSAL:
-            ok = ok & (keys[None, :] <= rows[:, None])
-        p = tl.exp(tl.where(ok, tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None], float("-inf")))
+        p, ds = _recompute(q, k, v, do, lse, delta, rows, keys, s, qk_scale, CAUSAL)
         dv += tl.dot(tl.trans(p), do)
-        ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None])
         dk += tl.dot(tl.trans(ds), q) * qk_scale
     tl.store(DK + base + keys[:, None] * D + cols[None, :], dk, mask=keys[:, None] < s)
     tl.store(DV + base + keys[:, None] * D + cols[None, :], dv, mask=keys[:, None] < s)
@@ -124,8 +134,7 @@ def _backward_q(Q, K, V, DO, LSE, DELTA, DQ, s, qk_scale, D: tl.constexpr, BLOCK
     rows = tile * BLOCK_Q + tl.arange(0, BLOCK_Q)
     cols = tl.arange(0, D)
     base = bh * s * D
-    q = tl.load(Q + base + rows[:, None] * D + cols[None, :], mask=rows[:, None] < s, other=0.0)
-    do = tl.load(DO + base + rows[:, None] * D + cols[None, :], mask=rows[:, None] < s, other=0.0)
+    q, do = _tile(Q, base, rows, cols, s, D), _tile(DO, base, rows, cols, s, D)
     lse = tl.load(LSE + bh * s + rows, mask=rows < s, other=0.0)
     delta = tl.load(DELTA + bh * s + rows, mask=rows < s, other=0.0)
     dq = tl.zeros([BLOCK_Q, D], tl.float32)
@@ -134,13 +143,8 @@ def _backward_q(Q, K, V, DO, LSE, DELTA, DQ, s, qk_scale, D: tl.constexpr, BLOCK
         end = tl.minimum(s, (tile + 1) * BLOCK_Q)
     for start in range(0, end, BLOCK_K):
         keys = start + tl.arange(0, BLOCK_K)
-        k = tl.load(K + base + keys[:, None] * D + cols[None, :], mask=keys[:, None] < s, other=0.0)
-        v = tl.load(V + base + keys[:, None] * D + cols[None, :], mask=keys[:, None] < s, other=0.0)
-        ok = (rows[:, None] < s) & (keys[None, :] < s)
-        if CAUSAL:
-            ok = ok & (keys[None, :] <= rows[:, None])
-        p = tl.exp(tl.where(ok, tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None], float("-inf")))
-        ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None])
+        k, v = _tile(K, base, keys, cols, s, D), _tile(V, base, keys, cols, s, D)
+        _, ds = _recompute(q, k, v, do, lse, delta, rows, keys, s, qk_scale, CAUSAL)
         dq += tl.dot(ds, k) * qk_scale
     tl.store(DQ + base + rows[:, None] * D + cols[None, :], dq, mask=rows[:, None] < s)
 

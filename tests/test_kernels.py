@@ -105,79 +105,41 @@ def test_an_fp8_linear_trains_with_gradients_near_fp32_and_unscaled_gradients_va
 
 # --- the exercises' checkers, against the solution and planted mistakes -------------------------------------------
 
-@triton.jit
-def _planted(Q, K, V, O, LSE, SEEN, s, qk_scale, D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
-             CAUSAL: tl.constexpr, BUG: tl.constexpr):
-    """The lab's kernel with one mistake (BUG): 1 no rescaling, 2 no 1/√D, 3 no causal tile skip, 4 padded keys
-    seen, 5 the log-sum-exp without log(l), 6 every key seen under the causal mask, 7 no count of tiles."""
-    tile = tl.program_id(0)
-    bh = tl.program_id(1)
-    rows = tile * BLOCK_Q + tl.arange(0, BLOCK_Q)
-    cols = tl.arange(0, D)
-    base = bh * s * D
-    q = tl.load(Q + base + rows[:, None] * D + cols[None, :], mask=rows[:, None] < s, other=0.0)
-    m = tl.full([BLOCK_Q], float("-inf"), tl.float32)
-    l = tl.zeros([BLOCK_Q], tl.float32)
-    acc = tl.zeros([BLOCK_Q, D], tl.float32)
-    end = s
-    if CAUSAL and BUG != 3 and BUG != 6:
-        end = tl.minimum(s, (tile + 1) * BLOCK_Q)
-    for start in range(0, end, BLOCK_K):
-        keys = start + tl.arange(0, BLOCK_K)
-        k = tl.load(K + base + keys[:, None] * D + cols[None, :], mask=keys[:, None] < s, other=0.0)
-        v = tl.load(V + base + keys[:, None] * D + cols[None, :], mask=keys[:, None] < s, other=0.0)
-        if BUG != 7:
-            tl.atomic_add(SEEN + bh * tl.num_programs(0) + tile, 1)
-        scores = tl.dot(q, tl.trans(k))
-        if BUG != 2:
-            scores = scores * qk_scale
-        ok = keys[None, :] < s
-        if BUG == 4:
-            ok = keys[None, :] >= 0
-        if CAUSAL and BUG != 6:
-            ok = ok & (keys[None, :] <= rows[:, None])
-        scores = tl.where(ok, scores, float("-inf"))
-        m_new = tl.maximum(m, tl.max(scores, 1))
-        p = tl.exp(scores - m_new[:, None])
-        alpha = tl.exp(m - m_new)
-        if BUG == 1:
-            alpha = alpha * 0.0 + 1.0
-        l = l * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p, v)
-        m = m_new
-    tl.store(O + base + rows[:, None] * D + cols[None, :], acc / l[:, None], mask=rows[:, None] < s)
-    if BUG == 5:
-        tl.store(LSE + bh * s + rows, m, mask=rows < s)
-    else:
-        tl.store(LSE + bh * s + rows, m + tl.log(l), mask=rows < s)
+# The lab's kernel with one mistake each, made from its own source so that they follow it: (what the lab wrote,
+# what the mistake writes instead). A replacement that no longer finds its text fails the test, loudly.
+MISTAKES = {
+    1: ("alpha = tl.exp(m - m_new)", "alpha = tl.exp(m_new - m_new)"),                  # no rescaling
+    2: ("tl.dot(q, tl.trans(k)) * qk_scale", "tl.dot(q, tl.trans(k))"),                 # no 1/√d_h
+    3: ("end = tl.minimum(s, (tile + 1) * BLOCK_Q)", "end = s"),                        # no causal tile skip
+    4: ("ok = keys[None, :] < s", "ok = keys[None, :] >= 0"),                           # padded keys seen
+    5: ("m + tl.log(l)", "m"),                                                          # LSE without log(l)
+    6: ("ok = ok & (keys[None, :] <= rows[:, None])", "ok = ok"),                       # no causal mask
+    7: ("tl.atomic_add(SEEN + bh * tl.num_programs(0) + tile, 1)", "pass"),             # tiles not counted
+}
 
 
-class Planted:
-    """The planted kernel as a learner's: launched with kernel[grid](...), its Python function under .fn."""
-
-    def __init__(self, bug: int):
-        self.bug, self.fn = bug, _planted.fn
-
-    def __getitem__(self, grid):
-        return lambda *args, **kwargs: _planted[grid](*args, BUG=self.bug, **kwargs)
-
-
-def _solution_kernel(tmp_path):
-    """The folded solution as a learner's cell would hold it, compiled from a file (Triton reads its source)."""
-    path = tmp_path / "learner_kernel.py"
-    path.write_text("from labtools.kernels import tl, triton\n\n\n" + flash_exercise.solution_source())
-    spec = importlib.util.spec_from_file_location("learner_kernel", path)
+def _compiled(source: str, path):
+    """A learner's cell's kernel, compiled from a file (Triton reads a kernel's source)."""
+    path.write_text("from labtools.kernels import tl, triton\n\n\n" + source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.my_flash_forward
 
 
+def planted(bug: int, tmp_path):
+    lab, wrong = MISTAKES[bug]
+    source = flash_exercise.solution_source()
+    assert lab in source, f"the lab's kernel no longer has {lab!r}: update MISTAKES"
+    return _compiled(source.replace(lab, wrong), tmp_path / f"planted_{bug}.py")
+
+
 def test_the_kernel_check_passes_the_solution_and_names_each_planted_mistake(tmp_path):
-    assert flash_exercise.check_kernel(_solution_kernel(tmp_path)).passed
+    assert flash_exercise.check_kernel(_compiled(flash_exercise.solution_source(), tmp_path / "solution.py")).passed
     named = {1: "exp(m − m_new)", 2: "1/√d_h", 3: "min(s, (tile + 1)", 4: "mask keys ≥ s", 5: "LSE is m + log(l)",
-             6: "a key after its query", 7: "atomic_add"}
+             6: "not the whole causal mask", 7: "atomic_add"}
     for bug, words in named.items():
-        out = flash_exercise.check_kernel(Planted(bug))
+        out = flash_exercise.check_kernel(planted(bug, tmp_path))
         assert out.status == "fail" and words in out.message, (bug, out.message)
 
 
@@ -255,22 +217,22 @@ def _claims(ledger: Ledger) -> dict:
     return {c.key: c.passed for c in ledger.claims}
 
 
-def test_the_tiling_claims_hold_and_fail_for_a_kernel_that_reads_every_tile():
+def test_the_tiling_claims_hold_and_fail_for_a_kernel_that_reads_every_tile(tmp_path):
     S = dataclasses.replace(SMOKE, lengths=(64, 128))
     good, bad = Ledger("t"), Ledger("t")
     tiling.findings(good, tiling.run(S))
-    tiling.findings(bad, tiling.run(S, Planted(3)))
+    tiling.findings(bad, tiling.run(S, planted(3, tmp_path)))
     for key in ("tiles_as_bounds", "causal_half", "fewer_bytes", "kept_linear", "kept_quadratic"):
         assert _claims(good)[key], key
     for key in ("tiles_as_bounds", "causal_half", "fewer_bytes"):  # it masks the tiles it should have skipped
         assert not _claims(bad)[key], key
 
 
-def test_a_kernel_right_in_values_but_not_in_its_log_sum_exp_trains_with_wrong_gradients():
+def test_a_kernel_right_in_values_but_not_in_its_log_sum_exp_trains_with_wrong_gradients(tmp_path):
     corpus = data.text()
     X, Y = corpus.batch("train", 2, SMOKE.flash_len, torch.Generator().manual_seed(0))
     ref = flash_gpt._grads(flash_gpt._model(SMOKE, False, corpus), X, Y)
-    for kernel, close in ((None, True), (Planted(5), False)):
+    for kernel, close in ((None, True), (planted(5, tmp_path), False)):
         ours = flash_gpt._grads(flash_gpt._model(SMOKE, kernel, corpus), X, Y)
         gap = max(((ours[n] - g).norm() / g.norm()).item() for n, g in ref.items())
         assert (gap < 1e-4) is close, (kernel, gap)

@@ -61,7 +61,7 @@ def check_kernel(kernel) -> Outcome:
         if not d_o <= TOL:
             cpu = [t.cpu() for t in (f.o, q, k, v)]
             return failed(case.name, f"the output differs from PyTorch's attention by up to {_num(d_o)} "
-                                     f"(first at {_first(f.o, want)})", misconception(*cpu, causal, bk)
+                                     f"(first at {_first(f.o, want)})", misconception(*cpu, causal, bq, bk)
                           or case.hint or HINT)
         lse = kernels.reference_lse(q, k, causal=causal)
         d_l = _gap(f.lse, lse)
@@ -121,9 +121,11 @@ def _without_rescale(q, k, v, causal: bool, bk: int) -> torch.Tensor:
     return acc / l[..., None]
 
 
-def misconception(o, q, k, v, causal: bool, bk: int) -> str:
+def misconception(o, q, k, v, causal: bool, bq: int, bk: int) -> str:
     """The typical mistake the output matches, in words ("" if none)."""
     s, D = q.shape[-2], q.shape[-1]
+    rows, keys = torch.arange(s)[:, None], torch.arange(s)[None, :]
+    tile_end = (rows // bq + 1) * bq  # a query sees every key before its tile's end: the skip without the mask
     pad = 0 if causal else -s % bk  # under the causal mask a padded key comes after every query: masked anyway
     zero_keys = torch.cat([k, torch.zeros(*k.shape[:-2], pad, D)], -2)
     zero_vals = torch.cat([v, torch.zeros(*v.shape[:-2], pad, D)], -2)
@@ -132,6 +134,9 @@ def misconception(o, q, k, v, causal: bool, bk: int) -> str:
             q, k, v, is_causal=causal, scale=1.0),
         "under CAUSAL, a key after its query must get −inf before the maximum and the exponent":
             F.scaled_dot_product_attention(q, k, v),
+        "inside a query tile's last key tile, a key after its query must still get −inf: skipping later tiles is "
+        "not the whole causal mask": (F.scaled_dot_product_attention(q, k, v, attn_mask=keys < tile_end)
+                                      if causal else None),
         "positions ≥ s are loaded as 0 and score q·0 = 0: mask keys ≥ s to −inf, as the causal ones": (
             F.scaled_dot_product_attention(q, zero_keys, zero_vals) if pad else None),
         "when a tile raises a query's maximum, the sums so far were taken against the old one: multiply l and acc "

@@ -108,16 +108,18 @@ def findings(ledger: Ledger, sc: Scales) -> Findings:
                "others' (largest ÷ smallest)", spread, at_most(1.1), kind="measured", detail=True)
     ledger.add("unscaled_underflow", "stored in e4m3 without a scale, a large share of the GPT's gradient entries "
                "become 0 (share)", sc.underflow["e4m3"], at_least(0.2), kind="measured")
-    ledger.add("scaled_keeps", "with a scale per group of 128, almost none do (share)", sc.underflow_scaled["e4m3"],
+    ledger.add("scaled_keeps", "with a scale per group of 128, almost no gradient entry becomes 0 in e4m3 (share)", sc.underflow_scaled["e4m3"],
                at_most(0.01), kind="measured", detail=True)
     rows = "".join(f"| {name} | " + " | ".join(f"{e[name][k]:.3f}" for k in (0, small, i)) + " |\n" for name in e)
     return Findings(
         ["FP8 is a floating-point format, so its exponent absorbs a large outlier: one e4m3 scale did no harm up to "
          f"{_power(_last_harmless(sc))}× the rest. Beyond, the others drop below e4m3's smallest normal number and "
          "lose bits; a scale per row or group keeps the harm to that row or group.",
-         "Without any scale, real gradients lie below FP8's range: "
+         "Without any scale, real gradients lie below e4m3's range: "
          f"{sc.underflow['e4m3']:.0%} of the GPT's gradient entries became 0 in e4m3."],
-        [f"| e4m3, error of the other entries | no outlier | outlier 10³× | outlier {_power(OUTLIERS[i])}× |\n"
+        ["A 128 × 128 square shares its scale with far more entries than a group of 128 does, so an outlier harms more "
+         "of them: the table's last row.",
+         f"| e4m3, error of the other entries | no outlier | outlier 10³× | outlier {_power(OUTLIERS[i])}× |\n"
          f"|---|---|---|---|\n{rows}",
          "| gradient entries that become 0 | e4m3 | e5m2 |\n|---|---|---|\n"
          f"| no scale | {sc.underflow['e4m3']:.1%} | {sc.underflow['e5m2']:.1%} |\n"

@@ -155,7 +155,8 @@ def findings(ledger: Ledger, t: Tiling) -> Findings:
                "attention (ratio)", fewer, at_least(3), kind="counted")
     ledger.add("kept_linear", "the memory the fused kernel keeps for the backward grows as s (exponent of s)",
                e_flash, between(0.9, 1.1), kind="measured")
-    ledger.add("kept_quadratic", "the written-out attention's grows as s² (exponent of s)", e_written,
+    ledger.add("kept_quadratic", "the memory the written-out attention keeps for the backward grows as s² (exponent of "
+               "s)", e_written,
                between(1.8, 2.1), kind="measured", detail=True)
     rows = "".join(f"| {r.s} | {r.tiles_counted} of {r.tiles_full} | {r.flash.total / 1e3:,.0f} | "
                    f"{r.written_out.total / 1e3:,.0f} | {r.kept_flash / 1e3:,.1f} | {r.kept_written_out / 1e3:,.1f} |\n"
