@@ -23,7 +23,11 @@ if not torch.cuda.is_available():  # read when each kernel below is made (triton
 # mantissa: differences of about 1e-3, where the checks here allow 1e-4)
 os.environ.setdefault("TRITON_F32_DEFAULT", "ieee")
 
-import triton  # noqa: E402
+try:
+    import triton  # noqa: E402
+except ImportError as e:  # requirements.txt installs it on Linux only: PyPI has no other wheel
+    raise ImportError("lesson 22's kernels need Triton, which PyPI provides for Linux only: run this lesson on Linux "
+                      "(a Linux machine, container or WSL), where `make lab` installs it") from e
 import triton.language as tl  # noqa: E402
 from triton.language import standard as _standard  # noqa: E402
 
