@@ -107,7 +107,9 @@ class CausalSelfAttention(nn.Module):
         q, k, v = qkv.permute(3, 0, 2, 1, 4).unbind(0)    # each (B, nh, T, hs)
         dropout_p = self.dropout if self.training else 0.0
         causal = dict(is_causal=True) if mask is None else dict(attn_mask=mask)
-        if self.attend is not None and mask is None and dropout_p == 0.0:
+        if self.attend is not None:
+            if mask is not None or dropout_p:
+                raise ValueError("attend computes plain causal attention: it takes no document mask and no dropout")
             y = self.attend(q, k, v)
         elif q.device.type == "cpu" and q.dtype != torch.float32:
             # On CPU the fused kernel's backward is slow in bf16/fp16 (measured, torch 2.13, B32 T128:

@@ -63,6 +63,11 @@ def test_bad_tiles_shapes_and_settings_are_refused_naming_the_parameter():
         fp8.quantise(torch.randn(3, 128), (2, 128))
     with pytest.raises(ValueError, match="fmt"):
         fp8.quantise(torch.randn(2, 128), (1, 128), "e3m4")
+    from labtools.model import CausalSelfAttention, GPTConfig
+    attention = CausalSelfAttention(GPTConfig(vocab_size=8, block_size=16, n_layer=1, n_head=2, n_embd=32))
+    attention.attend = kernels.flash_attention
+    with pytest.raises(ValueError, match="no document mask"):  # never silently PyTorch's attention instead
+        attention(torch.randn(1, 16, 32), torch.ones(1, 1, 16, 16, dtype=torch.bool))
 
 
 def test_causal_tiles_are_counted_as_the_loop_bounds_give_and_tiling_moves_fewer_bytes():
