@@ -187,7 +187,9 @@ class Panel:
         t0 = time.perf_counter()
         try:
             with bars_into(self.output.append_display_data), cancel_on(self._stop):
-                outcome = ("drawn", self.draw(**values))
+                figure = self.draw(**values)
+            # a Cancel that came after the run's last check (its last step, its figure) still cancels it
+            outcome = ("cancelled", None) if self._stop.is_set() else ("drawn", figure)
         except Cancelled:
             outcome = ("cancelled", None)
         except Exception as e:  # noqa: BLE001 - shown in the panel, like redraw()'s

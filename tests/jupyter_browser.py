@@ -579,6 +579,11 @@ def ranks_running(marker: str) -> list[str]:
     return [p for p in leftovers(marker) if "torch.distributed.run" in p or "labtools.parallel" in p]
 
 
+# A run that draws its figure within this long of the Cancel click had ended before the click could stop it; a run
+# that draws later ignored the Cancel (a failure).
+ENDED_BEFORE_CANCEL_S = 3.0
+
+
 def start_and_stop(page, lab, notebook: str, panel, which: int, step: int, how: str = "Cancel",
                    timeout: float = 60) -> dict:
     """Move one control of a panel that trains or launches and, once its run is going (Cancel enabled, a progress
@@ -614,8 +619,14 @@ def start_and_stop(page, lab, notebook: str, panel, which: int, step: int, how: 
             return seen
     else:
         interrupt_kernel(lab, notebook)
+    clicked = time.monotonic()
     while time.monotonic() < deadline and not seen["cancelled"]:
         seen["cancelled"] = panel.locator(".lab-panel-cancelled").count() > 0
+        now = panel.evaluate("p => p.querySelector('[data-draw]')?.dataset.draw")
+        if (not seen["cancelled"] and now is not None and now != draws and not button.is_enabled()
+                and time.monotonic() - clicked < ENDED_BEFORE_CANCEL_S):
+            seen["redrawn"] = True  # the run ended and drew as the Cancel arrived (21's short runs, in CI)
+            return seen
         time.sleep(0.05)
     seen["control_back"] = control_value(control) == value
     seen["figure_same"] = panel.evaluate(_SIGNATURE_JS) == figure

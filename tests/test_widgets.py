@@ -218,6 +218,31 @@ def test_a_cancellable_panel_runs_beside_the_kernel_and_cancel_puts_its_controls
     assert panel.cancel_button.disabled and not panel._worker.is_alive()
 
 
+def test_a_cancel_that_arrives_after_the_runs_last_check_still_cancels_it(monkeypatch):
+    """A short run may be in its last step (past its last check) when Cancel is pressed: the figure stays, the
+    controls go back, the panel says "cancelled" (seen in CI: lesson 21's short GRPO runs)."""
+    from labtools import widgets
+    monkeypatch.setattr(widgets, "has_frontend", lambda: True)
+
+    def draw(n):
+        fig = go.Figure(go.Scatter(y=[n]))
+        if n != 1:
+            panel.cancel()  # the click, landing after every check of this run
+        return fig
+
+    panel = Panel(draw, {"n": slider(1, 1, 5, description="layers")}, cancellable=True)
+
+    async def learner():
+        assert panel.figure.data[0].y == (1,)
+        panel.controls["n"].value = 3
+        await asyncio.to_thread(panel.wait, 5)
+        await asyncio.sleep(0.05)
+
+    asyncio.run(learner())
+    assert panel.controls["n"].value == 1 and panel.figure.data[0].y == (1,)
+    assert "cancelled" in panel.status.value
+
+
 def test_a_cancellable_panel_draws_the_last_value_moved_during_a_run(monkeypatch):
     from labtools import widgets
     monkeypatch.setattr(widgets, "has_frontend", lambda: True)
