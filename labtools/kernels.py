@@ -159,8 +159,6 @@ class Flash:
     o: torch.Tensor        # (B, H, s, D)
     lse: torch.Tensor      # (B, H, s): log Σ_j exp(q·k_j / √D) over the keys the query sees, natural log
     seen: torch.Tensor     # (B·H, ⌈s / BLOCK_Q⌉) int32: key tiles read by each program (counted in the kernel)
-    block_q: int
-    block_k: int
 
     @property
     def key_tiles_read(self) -> int:
@@ -202,7 +200,7 @@ def flash_forward(q, k, v, *, causal: bool = True, block_q: int = 16, block_k: i
     seen = torch.zeros(B * H, tiles, dtype=torch.int32, device=q.device)
     kernel[(tiles, B * H)](_flat(q), _flat(k), _flat(v), o, lse, seen, s, D ** -0.5, D=D, BLOCK_Q=block_q,
                            BLOCK_K=block_k, CAUSAL=causal)
-    return Flash(o.view(B, H, s, D), lse.view(B, H, s), seen, block_q, block_k)
+    return Flash(o.view(B, H, s, D), lse.view(B, H, s), seen)
 
 
 def flash_backward(q, k, v, o, lse, do, *, causal: bool = True, block_q: int = 16, block_k: int = 16):

@@ -226,7 +226,9 @@ def test_the_tiling_claims_hold_and_fail_for_a_kernel_that_reads_every_tile(tmp_
     S = dataclasses.replace(SMOKE, lengths=(64, 128))
     good, bad = Ledger("t"), Ledger("t")
     tiling.findings(good, tiling.run(S))
-    tiling.findings(bad, tiling.run(S, planted(3, tmp_path)))
+    tiling.findings(bad, tiling.measure(S, planted(3, tmp_path)))
+    assert tiling.run(S, planted(3, tmp_path)).tiles_as_computed  # the lesson's run: a kernel failing its check
+    # is replaced by the lab's
     for key in ("tiles_as_bounds", "causal_half", "fewer_bytes", "kept_linear", "kept_quadratic"):
         assert _claims(good)[key], key
     for key in ("tiles_as_bounds", "causal_half", "fewer_bytes"):  # it masks the tiles it should have skipped
@@ -265,7 +267,7 @@ def test_the_fp8_training_claims_fail_when_the_recipes_swap_places(monkeypatch):
 def test_with_yours_matches_the_labs_run_and_parts_for_a_quantiser_that_multiplies_by_its_scale():
     S = dataclasses.replace(SMOKE, steps=5, seeds=1)
     lab = fp8_training.train_one(S, fp8.RECIPES["blockwise"], 0)
-    t = fp8_training.Training({}, {"blockwise": lab}, None, None, 0.0)
+    t = fp8_training.Training({}, {"blockwise": lab}, None, None)
     assert fp8_training.with_yours(S, t, quant_exercise.reference).outcome.passed
     wrong = next(fn for fn in _quantisers() if fn.__name__ == "multiplied")
     assert fp8_training.with_yours(S, t, wrong).outcome.status == "fail"

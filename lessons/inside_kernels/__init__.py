@@ -19,7 +19,7 @@ section 3's GPT is the flash_* fields' (a head dimension of 16, the smallest tl.
 from dataclasses import dataclass
 
 from labtools.config import LabConfig, resolve
-from labtools.kernels import BLOCKS
+from labtools.kernels import check_blocks
 from labtools.validate import check_range
 
 
@@ -43,9 +43,7 @@ class Settings(LabConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        for name, b in (("BLOCK_Q", self.block_q), ("BLOCK_K", self.block_k)):
-            if b not in BLOCKS:
-                raise ValueError(f"{name} must be one of {BLOCKS} (a power of two, at least 16 for tl.dot), got {b!r}")
+        check_blocks(self.block_q, self.block_k)
         check_range("CONFIDENCE", self.confidence, 0.0, 1.0, open_lo=True, open_hi=True)
         if self.n_embd % 128:  # DeepSeek-V3's 128 × 128 weight blocks and 1 × 128 tiles must cut the layers
             raise ValueError(f"N_EMBD must be a multiple of 128 for 128 × 128 blocks, got {self.n_embd}")

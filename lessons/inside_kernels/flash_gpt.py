@@ -12,16 +12,14 @@ import torch
 from labtools import data, kernels, plots
 from labtools.claims import Findings, Ledger, at_most
 from labtools.config import LabConfig, build_gpt
-from labtools.exercises import Outcome
 from labtools.train import History, TrainConfig, train
 from lessons.inside_kernels import Settings
-from lessons.inside_kernels.flash_exercise import check_kernel
+from lessons.inside_kernels.flash_exercise import usable
 
 
 @dataclass(frozen=True)
 class FlashGPT:
     whose: str                 # "yours" or "the lab's": which forward kernel ran
-    outcome: Outcome | None    # your kernel's check (None: the lab's was asked for)
     grad_gap: float            # the largest relative difference of any parameter's gradient, one batch
     loss_gap: float            # the largest |training loss difference| over the short run, nats
     flash: History
@@ -58,10 +56,7 @@ def _train(S: Settings, kernel, corpus, desc: str) -> History:
 
 def run(S: Settings, kernel=None) -> FlashGPT:
     """kernel: the learner's forward kernel (used if it passes its check), or None for the lab's."""
-    outcome = None
-    if kernel is not None:
-        outcome = check_kernel(kernel)  # "not written" for the template: the lab's kernel runs instead
-        kernel = kernel if outcome.passed else None
+    kernel = usable(kernel) if kernel is not None else None  # unwritten or wrong: the lab's runs instead
     corpus = data.text()
     X, Y = corpus.batch("train", S.flash_batch, S.flash_len, torch.Generator().manual_seed(S.seed),
                         device=kernels.device())
@@ -71,7 +66,7 @@ def run(S: Settings, kernel=None) -> FlashGPT:
     t0 = time.perf_counter()
     flash = _train(S, kernel, corpus, "the Triton kernel")
     gap = max(abs(a - b) for a, b in zip(flash.loss, pytorch.loss))
-    return FlashGPT("yours" if kernel is not None else "the lab's", outcome, grad_gap, gap, flash, pytorch,
+    return FlashGPT("yours" if kernel is not None else "the lab's", grad_gap, gap, flash, pytorch,
                     time.perf_counter() - t0)
 
 

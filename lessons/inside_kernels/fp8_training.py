@@ -28,7 +28,6 @@ class Training:
     curves: dict                 # {recipe: History of seed 0}
     fp8_vs_bf16: Interval        # fine-grained − bf16, paired by seed
     unscaled_vs_bf16: Interval   # the same formats with no scales − bf16
-    seconds: float
 
 
 def gradients(S: Settings) -> torch.Tensor:
@@ -50,15 +49,14 @@ def train_one(S: Settings, recipe: fp8.Recipe, seed: int, desc: str = "", bar: b
 
 
 def run(S: Settings) -> Training:
-    finals, curves, seconds = {}, {}, 0.0
+    finals, curves = {}, {}
     runs = [(name, seed) for name in COMPARED for seed in range(S.seeds)]
     for name, seed in progress(runs, desc="recipes × seeds"):
         h = train_one(S, fp8.RECIPES[name], seed)
         finals.setdefault(name, []).append(h.final_val_loss)
         curves.setdefault(name, h)
-        seconds += h.seconds
     paired = lambda a: evidence.paired(finals[a], finals["bf16"], S.confidence, over="seeds")  # noqa: E731
-    return Training(finals, curves, paired("blockwise"), paired("unscaled_e4m3"), seconds)
+    return Training(finals, curves, paired("blockwise"), paired("unscaled_e4m3"))
 
 
 def figure(t: Training) -> go.Figure:

@@ -106,6 +106,11 @@ def findings(ledger: Ledger, sc: Scales) -> Findings:
                kind="measured")
     ledger.add("exponent_absorbs", "an outlier 10³× the rest changes little: every scaling's error within 10% of the "
                "others' (largest ÷ smallest)", spread, at_most(1.1), kind="measured", detail=True)
+    stated = {"e4m3": (448.0, 2.0 ** -6), "e5m2": (57344.0, None)}  # the formats table of the lesson's section 4
+    differ = [f for f, (top, normal) in stated.items() if torch.finfo(fp8.FORMATS[f]).max != top
+              or (normal is not None and torch.finfo(fp8.FORMATS[f]).smallest_normal != normal)]
+    ledger.add("formats_as_torch", "the formats table's largest values and e4m3's smallest normal number are those of "
+               "PyTorch's float8 types (formats that differ)", len(differ), at_most(0), kind="computed", detail=True)
     ledger.add("unscaled_underflow", "stored in e4m3 without a scale, a large share of the GPT's gradient entries "
                "become 0 (share)", sc.underflow["e4m3"], at_least(0.2), kind="measured")
     ledger.add("scaled_keeps", "with a scale per group of 128, almost no gradient entry becomes 0 in e4m3 (share)", sc.underflow_scaled["e4m3"],
