@@ -298,8 +298,15 @@ def save(page, lab: JupyterLab, notebook: str, timeout: float = 30) -> dict:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{notebook}: not saved within {timeout:.0f} s")
         time.sleep(0.2)
-    time.sleep(0.5)  # let the write finish
-    return json.loads(path.read_text())
+    # The server writes the file in place: its mtime moves when the write starts, and a slow host can be read
+    # mid-write (CI once read it empty). A whole notebook parses; a partial one does not.
+    while True:
+        time.sleep(0.5)
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{notebook}: its saved file was still not whole JSON after {timeout:.0f} s")
 
 
 def cell_errors(notebook: dict) -> list[str]:
