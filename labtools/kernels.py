@@ -41,12 +41,12 @@ if interpreted() and type(_standard.cdiv).__name__ != "InterpretedFunction":  # 
     raise RuntimeError("Triton was imported before labtools.kernels set TRITON_INTERPRET=1, so its own functions "
                        "cannot run on the CPU: import labtools.kernels before triton (or restart the kernel)")
 
-BLOCKS = (16, 32, 64, 128)
+BLOCKS = (16, 32, 64, 128)  # tile sizes a kernel takes: powers of two, and tl.dot needs at least 16
 
 
 def device() -> torch.device:
     """Where the kernels' tensors must live: the GPU they compile for, or the CPU the interpreter runs on."""
-    return torch.device("cpu" if interpreted() else "cuda")  # tile sizes a kernel takes: powers of two, and tl.dot needs at least 16
+    return torch.device("cpu" if interpreted() else "cuda")
 
 
 @triton.jit
@@ -93,6 +93,15 @@ def _tile(PTR, base, index, cols, s, D: tl.constexpr):
 
 
 @triton.jit
+def _query_side(Q, DO, LSE, DELTA, base, bh, rows, cols, s, D: tl.constexpr):
+    """A query tile's q and dO, and its rows' saved log-sum-exp and Δ = Σ_d dO·O (what the backward reads)."""
+    q, do = _tile(Q, base, rows, cols, s, D), _tile(DO, base, rows, cols, s, D)
+    lse = tl.load(LSE + bh * s + rows, mask=rows < s, other=0.0)
+    delta = tl.load(DELTA + bh * s + rows, mask=rows < s, other=0.0)
+    return q, do, lse, delta
+
+
+@triton.jit
 def _recompute(q, k, v, do, lse, delta, rows, keys, s, qk_scale, CAUSAL: tl.constexpr):
     """A pair of tiles' probabilities P, rebuilt from the saved log-sum-exp, and dS = P ∘ (dO·Vᵀ − Δ)."""
     ok = (rows[:, None] < s) & (keys[None, :] < s)
@@ -119,9 +128,7 @@ def _backward_kv(Q, K, V, DO, LSE, DELTA, DK, DV, s, qk_scale, D: tl.constexpr, 
         first = (tile * BLOCK_K // BLOCK_Q) * BLOCK_Q
     for start in range(first, s, BLOCK_Q):
         rows = start + tl.arange(0, BLOCK_Q)
-        q, do = _tile(Q, base, rows, cols, s, D), _tile(DO, base, rows, cols, s, D)
-        lse = tl.load(LSE + bh * s + rows, mask=rows < s, other=0.0)
-        delta = tl.load(DELTA + bh * s + rows, mask=rows < s, other=0.0)
+        q, do, lse, delta = _query_side(Q, DO, LSE, DELTA, base, bh, rows, cols, s, D)
         p, ds = _recompute(q, k, v, do, lse, delta, rows, keys, s, qk_scale, CAUSAL)
         dv += tl.dot(tl.trans(p), do)
         dk += tl.dot(tl.trans(ds), q) * qk_scale
@@ -138,9 +145,7 @@ def _backward_q(Q, K, V, DO, LSE, DELTA, DQ, s, qk_scale, D: tl.constexpr, BLOCK
     rows = tile * BLOCK_Q + tl.arange(0, BLOCK_Q)
     cols = tl.arange(0, D)
     base = bh * s * D
-    q, do = _tile(Q, base, rows, cols, s, D), _tile(DO, base, rows, cols, s, D)
-    lse = tl.load(LSE + bh * s + rows, mask=rows < s, other=0.0)
-    delta = tl.load(DELTA + bh * s + rows, mask=rows < s, other=0.0)
+    q, do, lse, delta = _query_side(Q, DO, LSE, DELTA, base, bh, rows, cols, s, D)
     dq = tl.zeros([BLOCK_Q, D], tl.float32)
     end = s
     if CAUSAL:
